@@ -1,0 +1,82 @@
+"""Entry point: ``fastspec`` (console script) -> :func:`main`."""
+from __future__ import annotations
+
+import sys
+
+import typer
+from typer.core import TyperGroup
+
+from ._common import EXIT_BAD_INPUT, EXIT_RUNTIME
+
+
+class _OneLineErrors(TyperGroup):
+    """Turns every failure into one line on stderr and the documented exit code.
+
+    Usage errors and library ``ValueError``/``TypeError``/``OSError`` (bad input)
+    exit 2; anything else is a runtime failure and exits 1.  Never a traceback
+    for a user mistake (set ``FASTSPEC_DEBUG=1`` to see one anyway).
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        import os
+
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "fastspec", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except (KeyboardInterrupt, EOFError):
+            typer.echo("fastspec: error: interrupted", err=True)
+            rv = EXIT_RUNTIME
+        except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+            if os.environ.get("FASTSPEC_DEBUG"):
+                raise
+            rv = _report(exc)
+        code = rv if isinstance(rv, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _report(exc: Exception) -> int:
+    # Click usage errors carry exit_code and format_message (typer re-raises them unchanged
+    # when standalone_mode is False); we read them duck-typed, without importing click.
+    if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            typer.echo(exc.format_message(), err=True)
+            return EXIT_BAD_INPUT
+        msg = exc.format_message()
+        ctx = getattr(exc, "ctx", None)
+        where = f" ({ctx.command_path})" if ctx is not None else ""
+        typer.echo(f"fastspec: error{where}: {' '.join(str(msg).split())}", err=True)
+        return int(exc.exit_code) if exc.exit_code else EXIT_BAD_INPUT
+    if isinstance(exc, (ValueError, TypeError, OSError)):
+        typer.echo(f"fastspec: error: {' '.join(str(exc).split())}", err=True)
+        return EXIT_BAD_INPUT
+    typer.echo(f"fastspec: error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+    return EXIT_RUNTIME
+
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    name="fastspec",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Exact, fast, checkable speculative-decoding verification, and offline what-if analysis of draft models.",
+)
+
+
+@app.callback()
+def _root() -> None:
+    """fastspec: speculative decoding verification you can check."""
+
+
+# Each command module registers its commands on `app` when imported.
+from . import exact_cmd  # noqa: E402,F401
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
