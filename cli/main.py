@@ -41,7 +41,9 @@ def _report(exc: Exception) -> int:
     # when standalone_mode is False); we read them duck-typed, without importing click.
     if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
         if type(exc).__name__ == "NoArgsIsHelpError":
-            typer.echo(exc.format_message(), err=True)
+            msg = exc.format_message()  # typer has already printed the help
+            if msg.strip():
+                typer.echo(msg, err=True)
             return EXIT_BAD_INPUT
         msg = exc.format_message()
         ctx = getattr(exc, "ctx", None)
