@@ -74,11 +74,10 @@ def _root() -> None:
 
 # Each command module registers its commands on `app` when imported.
 from . import exact_cmd  # noqa: E402,F401
+from . import inspect_cmd  # noqa: E402,F401
+from . import simulate_cmd  # noqa: E402,F401
 
 
 def main() -> None:
     app()
 
-
-if __name__ == "__main__":
-    main()

@@ -9,3 +9,8 @@ __version__ = "0.1.0"
 
 from . import exact  # noqa: F401  (the Fraction reference path)
 from ._rng import row_seeds  # noqa: F401
+from ._process import probabilities  # noqa: F401
+from .verify import VerifyResult, verify_logits, verify_probs  # noqa: F401
+from .acceptance import (acceptance_bounds, acceptance_rates, dump_acceptance, expected_speedup,  # noqa: F401
+                         expected_tokens_closed_form, expected_tokens_per_step, optimal_k)
+from .io import load_dump, save_dump  # noqa: F401

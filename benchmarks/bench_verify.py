@@ -1,0 +1,157 @@
+"""Benchmark fastspec.verify_logits against the peers a user would otherwise call.
+
+Peers: Hugging Face ``transformers.generation.utils._speculative_sampling`` (one
+sequence per call, looped over the batch, at 1 and 2 torch threads), a clean
+batched PyTorch CPU reference, a NumPy reference; the floor is one plain read
+pass over the same logits (a parallel Numba sum).  torch/transformers are an
+optional benchmark-only extra: missing peers are skipped with a note.
+
+Usage: python benchmarks/bench_verify.py [--repeats 7] [--sizes all|small]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+# Two OpenMP runtimes (Numba's and torch's) share the cores here; without a passive wait
+# policy the idle one spin-waits and steals the CPU from the other, which distorts every row.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import print_table, time_interleaved  # noqa: E402
+
+import fastspec  # noqa: E402
+from fastspec._jit import parallel_kernel, prange  # noqa: E402
+
+SIZES = [(1, 4, 32000), (1, 4, 128256), (8, 4, 128256), (32, 4, 128256), (64, 8, 152064)]
+
+
+@parallel_kernel
+def read_pass(t, d):
+    """Floor: read every logit once (sum per row, parallel over rows)."""
+    s = np.zeros(t.shape[0])
+    for b in prange(t.shape[0]):
+        acc = 0.0
+        for i in range(t.shape[1]):
+            for v in range(t.shape[2]):
+                acc += t[b, i, v]
+        for i in range(d.shape[1]):
+            for v in range(d.shape[2]):
+                acc += d[b, i, v]
+        s[b] = acc
+    return s
+
+
+def numpy_reference(t, d, toks, rng):
+    """Batched NumPy: softmax everything, gather, compare, residual, inverse-CDF sample."""
+    B, K1, V = t.shape
+    K = K1 - 1
+
+    def softmax(x):
+        x = x.astype(np.float64)
+        x = np.exp(x - x.max(-1, keepdims=True))
+        return x / x.sum(-1, keepdims=True)
+
+    p, q = softmax(t), softmax(d)
+    px = np.take_along_axis(p[:, :K], toks[:, :, None], 2)[:, :, 0]
+    qx = np.take_along_axis(q, toks[:, :, None], 2)[:, :, 0]
+    u = rng.random((B, K))
+    acc = u * qx <= px
+    n_acc = np.where(acc.all(1), K, np.argmin(acc, 1))
+    out = np.full((B, K1), -1)
+    for b in range(B):
+        n = n_acc[b]
+        out[b, :n] = toks[b, :n]
+        if n < K:
+            w = np.maximum(p[b, n] - q[b, n], 0)
+        else:
+            w = p[b, K]
+        c = np.cumsum(w)
+        out[b, n] = min(int(np.searchsorted(c, rng.random() * c[-1])), V - 1)
+    return out
+
+
+def make_torch_peers(t, d, toks):
+    try:
+        import torch
+    except ImportError:
+        print("note: torch not installed -- skipping the PyTorch and Hugging Face peers "
+              "(pip install torch transformers)")
+        return {}
+    tt, td, tk = torch.from_numpy(t), torch.from_numpy(d), torch.from_numpy(toks)
+    B, K1, V = t.shape
+    K = K1 - 1
+
+    def torch_batched():
+        p = torch.softmax(tt.double(), -1)
+        q = torch.softmax(td.double(), -1)
+        px = p[:, :K].gather(2, tk[:, :, None])[:, :, 0]
+        qx = q.gather(2, tk[:, :, None])[:, :, 0]
+        u = torch.rand(B, K, dtype=torch.float64)
+        acc = u * qx <= px
+        n_acc = torch.where(acc.all(1), K, (~acc).int().argmax(1))
+        rows = torch.arange(B)
+        pn = p[rows, n_acc]
+        qn = torch.cat([q, torch.zeros(B, 1, V, dtype=q.dtype)], 1)[rows, n_acc]
+        res = torch.clamp(pn - qn, min=0)
+        res = torch.where((n_acc == K)[:, None], pn, res)
+        res = res / res.sum(-1, keepdim=True)
+        return torch.multinomial(res, 1)
+
+    peers = {}
+    for nt in (1, 2):
+        def f(nt=nt):
+            torch.set_num_threads(nt)
+            return torch_batched()
+        peers[f"torch batched {nt}t"] = f
+    try:
+        from transformers.generation.utils import _speculative_sampling
+    except Exception as exc:  # noqa: BLE001
+        print(f"note: transformers not importable ({exc.__class__.__name__}) -- skipping the HF peer")
+        return peers
+    candidate = torch.cat([torch.zeros(B, 3, dtype=torch.long), tk], 1)
+
+    def hf(nt):
+        torch.set_num_threads(nt)
+        for b in range(B):
+            _speculative_sampling(candidate[b:b + 1], td[b:b + 1].float(), K, tt[b:b + 1].float(), False)
+
+    peers["HF 1t"] = lambda: hf(1)
+    peers["HF 2t"] = lambda: hf(2)
+    return peers
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--sizes", default="all")
+    args = ap.parse_args()
+    sizes = SIZES if args.sizes == "all" else SIZES[:2]
+    rows = []
+    for B, K, V in sizes:
+        rng = np.random.default_rng(0)
+        t = rng.standard_normal((B, K + 1, V), dtype=np.float32) * 2
+        d = (t[:, :K] + rng.standard_normal((B, K, V), dtype=np.float32)).astype(np.float32)
+        toks = d.argmax(-1).astype(np.int64)  # plausible drafts with q(x) > 0
+        fns = {
+            "fastspec": lambda: fastspec.verify_logits(t, d, toks, seed=1),
+            "read floor": lambda: read_pass(t, d),
+            "numpy": lambda: numpy_reference(t, d, toks, rng),
+        }
+        fns.update(make_torch_peers(t, d, toks))
+        res = time_interleaved(fns, repeats=args.repeats, warmup=1)
+        rows.append((f"B={B} K={K} V={V}", res))
+        print(f"B={B} K={K} V={V}: " + ", ".join(f"{k}={v * 1e3:.2f}ms" for k, v in res.items()), flush=True)
+    print_table("verify_logits, float32 logits", rows, subject="fastspec", floor="read floor")
+    peers = [n for n in rows[0][1] if n not in ("fastspec", "read floor")]
+    for label, res in rows:
+        best = min(res[n] for n in peers)
+        print(f"{label}: fastest peer {best / res['fastspec']:.1f}x slower (target >= 3x); "
+              f"fastspec/floor {res['fastspec'] / res['read floor']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

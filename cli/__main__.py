@@ -1,0 +1,4 @@
+"""``python -m fastspec_cli``."""
+from .main import main
+
+main()

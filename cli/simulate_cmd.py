@@ -1,0 +1,206 @@
+"""``fastspec simulate``: what a draft would buy you, from a logit dump, before anyone touches a GPU."""
+from __future__ import annotations
+
+import os
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ._common import fail, print_json
+from .main import app
+
+
+def _fmt(v, digits=3):
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}"
+
+
+@app.command("simulate")
+def simulate_command(
+    dump: str = typer.Argument(..., help="Logit dump: .npz file or directory of .npy files (see data/README.md)."),
+    k: str = typer.Option("4", "--k", help="Draft length(s): 4, 1,2,4,8 or 1-8."),
+    draft: Optional[List[str]] = typer.Option(None, "--draft", help="Draft name (repeatable); default: every draft."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature for both "
+                                                "models (0 = greedy); default: the dump's recorded one."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="Top-k for both models (0 disables)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Top-p for both models, in (0, 1]."),
+    min_p: Optional[float] = typer.Option(None, "--min-p", help="Min-p for both models, in [0, 1)."),
+    mode: str = typer.Option("bernoulli", "--mode", help="bernoulli (replay recorded alpha_t) or token (real "
+                             "tokens through fastspec's verifier)."),
+    trials: Optional[int] = typer.Option(None, "--trials", help="Replays per sequence (default 200 bernoulli, 4 token)."),
+    seed: int = typer.Option(0, "--seed", help="Seed; the same seed gives identical output whatever the thread count."),
+    draft_cost: Optional[float] = typer.Option(None, "--draft-cost", help="One draft forward relative to one "
+                                               "target forward (c)."),
+    verify_cost: Optional[str] = typer.Option(None, "--verify-cost", help="Target verify cost as a function of k: "
+                                              "1, 1+0.05k, or a JSON table {\"1\": 1.02, ...} (inline or file)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Write a PNG: tokens per step and speed-up vs k, and "
+                                       "per-position acceptance (needs matplotlib: pip install 'fastspec[plot]')."),
+) -> None:
+    """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
+    from fastspec.simulate import MODES, parse_k_list, simulate
+
+    try:
+        ks = parse_k_list(k)
+    except (ValueError, TypeError) as exc:
+        fail(f"--k: {exc}")
+    if mode not in MODES:
+        fail(f"--mode {mode!r} is unknown; choose one of: {', '.join(MODES)}")
+    if temperature is not None and not temperature >= 0:
+        fail(f"--temperature {temperature:g} is invalid: use a value >= 0 (0 means greedy)")
+    if top_p is not None and not 0 < top_p <= 1:
+        fail(f"--top-p {top_p:g} is invalid: use a value in (0, 1]")
+    if top_k is not None and top_k < 0:
+        fail(f"--top-k {top_k} is invalid: use 0 (disabled) or a positive count")
+    if min_p is not None and not 0 <= min_p < 1:
+        fail(f"--min-p {min_p:g} is invalid: use a value in [0, 1)")
+    if trials is not None and trials < 2:
+        fail(f"--trials {trials} is invalid: use at least 2")
+    if draft_cost is not None and not draft_cost >= 0:
+        fail(f"--draft-cost {draft_cost:g} is invalid: use a value >= 0")
+    if not os.path.exists(dump):
+        fail(f"{dump}: no such file or directory")
+    plt = None
+    if plot is not None:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt  # noqa: F811
+        except ImportError:
+            fail("--plot needs matplotlib: pip install 'fastspec[plot]' (or pip install matplotlib)")
+
+    console = Console(stderr=True)
+    show_progress = not as_json and console.is_terminal
+    if show_progress:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TimeElapsedColumn(), console=console, transient=True)
+        task = bar.add_task("simulate", total=None)
+        bar.start()
+        progress_total = lambda n: bar.update(task, total=n)  # noqa: E731
+        progress = lambda n: bar.advance(task, n)  # noqa: E731
+    else:
+        bar = None
+        progress_total = progress = None
+    try:
+        res = simulate(dump, k=ks, drafts=draft or None, temperature=temperature, top_k=top_k, top_p=top_p,
+                       min_p=min_p, mode=mode, trials=trials, seed=seed, draft_cost=draft_cost,
+                       verify_cost=verify_cost, progress=progress, progress_total=progress_total)
+    finally:
+        if bar is not None:
+            bar.stop()
+
+    if plot is not None:
+        _plot(res, plot, plt)
+    if as_json:
+        print_json(res.as_dict())
+    else:
+        _print_human(res, plot)
+    for r in res.disagreements:
+        typer.echo(f"fastspec: WARNING: draft {r.draft!r} k={r.k}: the Monte-Carlo estimate disagrees with the exact "
+                   f"expectation (z = {r.mc_vs_exact_z:.2f}) or the token-mode acceptance check failed: a bug or "
+                   f"too few trials", err=True)
+
+
+def _console() -> Console:
+    c = Console()
+    return c if c.is_terminal else Console(width=120)
+
+
+def _print_human(res, plot) -> None:
+    out = _console()
+    cfg = res.config
+    sparse = cfg["dump_kind"] == "sparse"
+    title = (f"fastspec simulate {res.dump}  (T={cfg['temperature']:g}, top_k={cfg['top_k']}, top_p={cfg['top_p']:g}, "
+             f"min_p={cfg['min_p']:g}, mode={cfg['mode']}, trials={cfg['trials']}, seed={cfg['seed']})")
+    table = Table(title=title, title_justify="left")
+    has_cost = cfg["draft_cost"] is not None
+    if sparse:
+        cols = ["draft", "k", "alpha [lo, hi]", "tokens/step exact [lo, hi]"] + (["speed-up [lo, hi]"] if has_cost else [])
+    else:
+        cols = ["draft", "k", "alpha", "tokens/step (MC)", "95% CI", "exact (DP)", "draft accept rate"]
+        cols += ["speed-up"] if has_cost else []
+    for c in cols:
+        table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
+    for r in res.results:
+        mark = " *" if res.best.get(r.draft) == r.k else ""
+        if sparse:
+            row = [r.draft, f"{r.k}{mark}", f"[{_fmt(r.alpha_lower)}, {_fmt(r.alpha_upper)}]",
+                   f"[{_fmt(r.mean_acceptance_length_lower)}, {_fmt(r.mean_acceptance_length_upper)}]"]
+            if has_cost:
+                row.append(f"[{_fmt(r.speedup_lower, 2)}, {_fmt(r.speedup_upper, 2)}]x")
+        else:
+            flag = "" if r.mc_agrees_with_exact else " !"
+            row = [r.draft, f"{r.k}{mark}", _fmt(r.alpha), _fmt(r.mean_acceptance_length) + flag,
+                   f"{_fmt(r.ci95[0])}-{_fmt(r.ci95[1])}", _fmt(r.mean_acceptance_length_exact),
+                   _fmt(r.draft_acceptance_rate)]
+            if has_cost:
+                row.append(f"{r.speedup:.2f}x")
+        table.add_row(*row)
+    out.print(table)
+    if not sparse:
+        pp = Table(title="per-position acceptance (unconditional, vLLM's definition), largest k per draft",
+                   title_justify="left")
+        pp.add_column("draft", no_wrap=True)
+        pp.add_column("k", justify="right")
+        pp.add_column("position 1..k", no_wrap=False)
+        for name in dict.fromkeys(r.draft for r in res.results):
+            r = [x for x in res.results if x.draft == name][-1]
+            pp.add_row(name, str(r.k), " ".join(f"{v:.2f}" for v in r.per_position_acceptance))
+        out.print(pp)
+    if has_cost:
+        best = ", ".join(f"{d}: k={k}" for d, k in res.best.items())
+        out.print(f"best k under the cost model (c={cfg['draft_cost']:g}, verify={cfg['verify_cost']}): {best}  (* in the table)")
+    else:
+        out.print("no cost model given (--draft-cost / --verify-cost): speed-up not computed")
+    for r in res.results:
+        if r.token_check is not None:
+            tc = r.token_check
+            out.print(f"token-mode check {r.draft} k={r.k}: acceptance frequency {tc['acceptance_frequency']:.4f} vs "
+                      f"alpha over judged positions {tc['expected_frequency']:.4f} (z = {tc['z']:.2f}, "
+                      f"{'passed' if tc['passed'] else 'FAILED'})")
+    out.print("assumptions:")
+    for a in res.assumptions:
+        out.print(f"  - {a}")
+    for w in res.warnings:
+        out.print(f"[bold yellow]warning:[/] {w}")
+    if plot:
+        out.print(f"plot written to {plot}")
+
+
+def _plot(res, path, plt) -> None:
+    drafts = list(dict.fromkeys(r.draft for r in res.results))
+    fig, axes = plt.subplots(1, 3 if res.config["draft_cost"] is not None else 2, figsize=(14, 4.2))
+    for name in drafts:
+        rows = [r for r in res.results if r.draft == name]
+        ks = [r.k for r in rows]
+        if res.config["dump_kind"] == "sparse":
+            lo = [r.mean_acceptance_length_lower for r in rows]
+            hi = [r.mean_acceptance_length_upper for r in rows]
+            axes[0].fill_between(ks, lo, hi, alpha=0.3, label=name)
+        else:
+            y = [r.mean_acceptance_length for r in rows]
+            err = [[r.mean_acceptance_length - r.ci95[0] for r in rows], [r.ci95[1] - r.mean_acceptance_length for r in rows]]
+            axes[0].errorbar(ks, y, yerr=err, marker="o", capsize=3, label=name)
+            longest = rows[-1]
+            axes[1].plot(range(1, longest.k + 1), longest.per_position_acceptance, marker="o",
+                         label=f"{name} (k={longest.k})")
+        if res.config["draft_cost"] is not None and len(axes) > 2:
+            s = [r.speedup if r.speedup is not None else r.speedup_lower for r in rows]
+            axes[2].plot(ks, s, marker="o", label=name)
+    axes[0].set(xlabel="k (drafted tokens per step)", ylabel="tokens per verify step", title="mean acceptance length")
+    axes[1].set(xlabel="draft position", ylabel="acceptance (unconditional)", title="per-position acceptance")
+    if len(axes) > 2:
+        axes[2].set(xlabel="k", ylabel="speed-up", title="speed-up under the cost model")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,94 @@
+"""Slow, obvious NumPy references for fastspec's kernels (sorts, cumsums, loops)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def probabilities_row(x, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
+    """Processed distribution of one logits row: temperature, top-k, top-p, min-p (full sort)."""
+    x = np.asarray(x, dtype=np.float64)
+    V = x.shape[0]
+    if temperature == 0:
+        out = np.zeros(V)
+        out[int(np.argmax(x))] = 1.0
+        return out
+    m = x.max()
+    w = np.exp((x - m) / temperature)
+    thr = -np.inf
+    if 0 < top_k < V:
+        thr = np.sort(x)[::-1][top_k - 1]
+    if top_p < 1:
+        keep = x >= thr
+        ws = np.where(keep, w, 0.0)
+        order = np.argsort(-ws, kind="stable")
+        cs = np.cumsum(ws[order])
+        hit = np.flatnonzero(cs >= top_p * ws.sum())
+        j = hit[0] if hit.size else V - 1
+        c = ws[order][j]
+        if not hit.size:
+            c = ws[keep].min()
+        thr = max(thr, x[keep & (w >= c)].min())
+    if min_p > 0:
+        thr = max(thr, m + temperature * math.log(min_p))
+    ws = np.where(x >= thr, w, 0.0)
+    return ws / ws.sum()
+
+
+def probabilities(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
+    logits = np.asarray(logits, dtype=np.float64)
+    V = logits.shape[-1]
+    x2 = logits.reshape(-1, V)
+    R = x2.shape[0]
+    bc = lambda a: np.broadcast_to(np.asarray(a).reshape(-1) if np.ndim(a) else a, (R,))  # noqa: E731
+    t, k, p, mp = bc(temperature), bc(top_k), bc(top_p), bc(min_p)
+    out = np.stack([probabilities_row(x2[r], t[r], int(k[r]), p[r], mp[r]) for r in range(R)])
+    return out.reshape(logits.shape)
+
+
+def residual(p, q):
+    """Residual distribution normalize(max(p - q, 0)); None when it is all zero."""
+    r = np.maximum(np.asarray(p, float) - np.asarray(q, float), 0.0)
+    s = r.sum()
+    return None if s == 0 else r / s
+
+
+def verify_with_uniforms(p, q, draft, u_accept, u_sample):
+    """Token-level speculative verification of one row with given uniforms.
+
+    p: [K+1, V] target probabilities, q: [K, V] draft probabilities (or None for
+    one-hot drafts), draft: [K] ints, u_accept: [K] uniforms in (0, 1], u_sample: one
+    uniform in (0, 1] for the recovered/bonus token. Returns the emitted token list.
+    Sampling is inverse CDF: the first index whose cumulative weight >= u * total.
+    """
+    p = np.asarray(p, float)
+    K = len(draft)
+    out = []
+    for i in range(K):
+        x = int(draft[i])
+        qx = 1.0 if q is None else q[i, x]
+        if u_accept[i] * qx <= p[i, x]:
+            out.append(x)
+            continue
+        if q is None:
+            qi = np.zeros(p.shape[1]); qi[x] = 1.0
+        else:
+            qi = q[i]
+        r = np.maximum(p[i] - qi, 0.0)
+        if r.sum() == 0:
+            r = p[i]
+        out.append(sample_inverse_cdf(r, u_sample))
+        return out
+    out.append(sample_inverse_cdf(p[K], u_sample))
+    return out
+
+
+def sample_inverse_cdf(w, u):
+    w = np.asarray(w, float)
+    c = np.cumsum(w)
+    hit = np.flatnonzero(c >= u * c[-1])
+    j = int(hit[0]) if hit.size else int(np.flatnonzero(w > 0)[-1])
+    while w[j] == 0:
+        j -= 1
+    return j

@@ -1,0 +1,69 @@
+"""``fastspec inspect``: human and JSON output, one-line errors with exit 2."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from typer.testing import CliRunner
+
+from fastspec.io import save_dump
+from fastspec_cli.main import app
+
+runner = CliRunner()
+
+
+def _dump(tmp_path):
+    rng = np.random.default_rng(0)
+    P = rng.standard_normal((2, 6, 30)).astype(np.float16)
+    Q = (P + rng.standard_normal((2, 6, 30))).astype(np.float16)
+    return str(save_dump(tmp_path / "d.npz", P, {"tiny": Q, "same": P}, lengths=[6, 4], temperature=0.8)), P, Q
+
+
+def test_inspect_human(tmp_path):
+    path, _, _ = _dump(tmp_path)
+    r = runner.invoke(app, ["inspect", path])
+    assert r.exit_code == 0, r.output
+    for s in ("target_logits", "draft_logits__tiny", "dense", "N=2", "T=6", "V=30", "tiny", "same", "float16"):
+        assert s in r.stdout
+
+
+def test_inspect_json_values(tmp_path):
+    from fastspec.acceptance import acceptance_rates
+
+    path, P, Q = _dump(tmp_path)
+    r = runner.invoke(app, ["inspect", path, "--json", "--temperature", "0.5", "--k", "3"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["kind"] == "dense" and out["drafts"] == ["same", "tiny"] and (out["N"], out["T"], out["V"]) == (2, 6, 30)
+    a = acceptance_rates(P, Q, temperature=0.5)
+    valid = np.arange(6)[None] < np.array([6, 4])[:, None]
+    assert out["acceptance"]["tiny"]["alpha"]["mean"] == abs(out["acceptance"]["tiny"]["alpha"]["mean"])
+    assert abs(out["acceptance"]["tiny"]["alpha"]["mean"] - a[valid].mean()) < 1e-12
+    assert abs(out["acceptance"]["same"]["alpha"]["mean"] - 1.0) < 1e-12
+    assert out["acceptance"]["same"]["expected"]["mean_acceptance_length"] > 1
+    assert out["settings"]["temperature"] == 0.5
+    r = runner.invoke(app, ["inspect", path, "--json"])
+    assert json.loads(r.stdout)["settings"]["temperature"] == 0.8  # recorded metadata is the default
+
+
+def test_inspect_sparse(tmp_path):
+    ids = np.tile(np.arange(3), (2, 4, 1))
+    lp = np.log(np.full((2, 4, 3), 0.3))
+    p = save_dump(tmp_path / "s", (ids, lp), (ids, lp - 0.2), vocab_size=10)
+    r = runner.invoke(app, ["inspect", str(p), "--json"])
+    assert r.exit_code == 0, r.output
+    e = json.loads(r.stdout)["acceptance"]["draft"]
+    assert e["alpha_lower"]["mean"] <= e["alpha_upper"]["mean"]
+    r = runner.invoke(app, ["inspect", str(p), "--top-p", "0.9"])
+    assert r.exit_code == 2 and "full vocabulary" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_inspect_bad_files(tmp_path):
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    for target in (str(tmp_path / "junk.npz"), str(tmp_path / "missing.npz")):
+        r = runner.invoke(app, ["inspect", target])
+        assert r.exit_code == 2
+        assert r.stderr.startswith("fastspec: error:") and len(r.stderr.strip().splitlines()) == 1
+    np.savez(tmp_path / "nan.npz", target_logits=np.array([[0.0, np.nan]]), draft_logits=np.zeros((1, 2)))
+    r = runner.invoke(app, ["inspect", str(tmp_path / "nan.npz")])
+    assert r.exit_code == 2 and "target_logits" in r.stderr and "NaN" in r.stderr

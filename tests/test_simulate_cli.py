@@ -1,0 +1,130 @@
+"""`fastspec simulate` through Typer's CliRunner: options, --json schema, errors, --plot."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fastspec import save_dump
+from fastspec_cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    n, t, v = 4, 20, 16
+    target = rng.normal(0, 2, (n, t, v))
+    drafts = {"near": (target + rng.normal(0, 0.5, (n, t, v))).astype(np.float16),
+              "far": (target + rng.normal(0, 2.0, (n, t, v))).astype(np.float16)}
+    path = tmp_path_factory.mktemp("d") / "pair.npz"
+    return save_dump(str(path), target.astype(np.float16), drafts, temperature=1.0, top_k=0, top_p=1.0)
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+RESULT_KEYS = {"draft", "k", "alpha", "mean_acceptance_length", "ci95", "mean_acceptance_length_exact",
+               "draft_acceptance_rate", "per_position_acceptance", "accepted_length_histogram", "speedup"}
+
+
+def test_json_schema(dump):
+    r = run("simulate", dump, "--k", "1,2,4", "--json", "--draft-cost", "0.1", "--verify-cost", "1+0.05k")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) >= {"dump", "config", "results", "best", "warnings"}
+    assert d["config"]["k"] == [1, 2, 4] and d["config"]["mode"] == "bernoulli"
+    assert len(d["results"]) == 6
+    for row in d["results"]:
+        assert RESULT_KEYS <= set(row)
+        assert len(row["per_position_acceptance"]) == row["k"]
+        assert len(row["accepted_length_histogram"]) == row["k"] + 1
+        lo, hi = row["ci95"]
+        assert lo <= row["mean_acceptance_length"] <= hi
+        assert row["speedup"] == pytest.approx(row["mean_acceptance_length_exact"] / (row["k"] * 0.1 + 1 + 0.05 * row["k"]))
+        assert row["mc_agrees_with_exact"] is True
+    assert set(d["best"]) == {"near", "far"} and all(k in (1, 2, 4) for k in d["best"].values())
+    assert "NaN" not in r.stdout
+
+
+def test_same_seed_same_output(dump):
+    a = run("simulate", dump, "--k", "1-3", "--json", "--seed", "4").stdout
+    b = run("simulate", dump, "--k", "1-3", "--json", "--seed", "4").stdout
+    c = run("simulate", dump, "--k", "1-3", "--json", "--seed", "5").stdout
+    assert a == b and a != c
+
+
+def test_options(dump):
+    r = run("simulate", dump, "--k", "2", "--draft", "near", "--temperature", "0.7", "--top-k", "8", "--top-p", "0.9",
+            "--min-p", "0.01", "--trials", "40", "--seed", "1", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    cfg = d["config"]
+    assert (cfg["temperature"], cfg["top_k"], cfg["top_p"], cfg["min_p"], cfg["trials"]) == (0.7, 8, 0.9, 0.01, 40)
+    assert [row["draft"] for row in d["results"]] == ["near"]
+    assert d["warnings"] and "differs" in d["warnings"][0]
+    r = run("simulate", dump, "--k", "2", "--mode", "token", "--trials", "4", "--draft", "far", "--json")
+    assert r.exit_code == 0, r.stderr
+    row = json.loads(r.stdout)["results"][0]
+    assert row["token_check"]["judged_positions"] > 0
+
+
+def test_human_output(dump):
+    r = run("simulate", dump, "--k", "1-3", "--draft-cost", "0.05", "--mode", "token", "--trials", "4")
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout
+    assert "tokens/step (MC)" in out and "per-position acceptance" in out and "best k under the cost model" in out
+    assert "trajectory replay" in out and "token-mode check" in out
+    r = run("simulate", dump, "--k", "2")
+    assert "no cost model given" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--k", "0"], "--k"),
+    (["--k", "x"], "--k"),
+    (["--draft", "nope"], "no draft named 'nope'"),
+    (["--temperature", "-1"], "--temperature"),
+    (["--top-p", "0"], "--top-p"),
+    (["--top-p", "1.5"], "--top-p"),
+    (["--top-k", "-2"], "--top-k"),
+    (["--min-p", "1"], "--min-p"),
+    (["--mode", "fast"], "--mode"),
+    (["--trials", "1"], "--trials"),
+    (["--draft-cost", "-1"], "--draft-cost"),
+    (["--verify-cost", "1+x"], "verify_cost"),
+])
+def test_bad_arguments(dump, args, needle):
+    r = run("simulate", dump, *args)
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_and_corrupt_files(tmp_path):
+    r = run("simulate", tmp_path / "missing.npz")
+    assert r.exit_code == 2 and "no such file" in r.stderr
+    bad = tmp_path / "corrupt.npz"
+    bad.write_bytes(b"PK\x03\x04 this is not a zip file")
+    r = run("simulate", bad)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_plot_writes_png(dump, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "plot.png"
+    r = run("simulate", dump, "--k", "1-3", "--draft-cost", "0.1", "--plot", out)
+    assert r.exit_code == 0, r.stderr
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_plot_without_matplotlib(dump, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    r = run("simulate", dump, "--plot", tmp_path / "p.png")
+    assert r.exit_code == 2 and "pip install 'fastspec[plot]'" in r.stderr
