@@ -40,6 +40,14 @@ def parse_float_list(text: str, name: str) -> list[str]:
     return items
 
 
+def stdout_console():
+    """A rich Console for tables on stdout: the terminal's width, or 120 columns when piped."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=120)
+
+
 def _jsonable(obj: Any) -> Any:
     from fractions import Fraction
 

@@ -5,12 +5,11 @@ from fractions import Fraction
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from fastspec import exact as E
 
-from ._common import fail, parse_float_list, print_json
+from ._common import fail, parse_float_list, print_json, stdout_console
 from .main import app
 
 _P_HELP = "Target distribution p, comma-separated (decimals are exact: 0.1 means 1/10; 1/3 also works)."
@@ -59,7 +58,7 @@ def exact_command(
         rec = step.recovered[i] if step.recovered is not None else None
         table.add_row(str(i), _fmt(step.p[i]), _fmt(step.q[i]), _fmt(step.accepted[i]), _fmt(step.residual[i]),
                       _fmt(rec), _fmt(step.output[i]))
-    console = Console()
+    console = stdout_console()
     console.print(table)
     console.print(f"acceptance alpha = sum min(p, q) = {step.acceptance}")
     console.print(f"rejection 1 - alpha = {step.rejection}")
@@ -107,7 +106,7 @@ def audit_command(
         table.add_column(col, justify="right")
     for i in range(len(res.p)):
         table.add_row(str(i), _fmt(res.p[i]), _fmt(res.q[i]), _fmt(res.output[i]), _fmt(res.output[i] - res.p[i]))
-    console = Console()
+    console = stdout_console()
     console.print(table)
     console.print(f"acceptance = {res.acceptance} ({float(res.acceptance):.6g})")
     verdict = "exact: output == p" if res.exact else "NOT exact: output differs from p"

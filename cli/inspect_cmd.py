@@ -4,10 +4,9 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ._common import print_json
+from ._common import print_json, stdout_console
 from .main import app
 
 
@@ -62,7 +61,7 @@ def inspect_command(
         print_json(info)
         return
 
-    con = Console()
+    con = stdout_console()
     con.print(f"[bold]{info['path']}[/bold]  ({info['format']}, {_size(info['size_on_disk'])} on disk)")
     v = info["V"] if info["V"] is not None else "unknown"
     con.print(f"{info['kind']} dump: N={info['N']} sequences, T={info['T']} positions, V={v}, "
@@ -97,4 +96,5 @@ def inspect_command(
     con.print(t)
     if info["kind"] == "sparse":
         con.print("sparse top-k dump: α is known only within \\[lower, upper]; expected figures are evaluated at "
-                  "the two ends of the interval.")
+                  "the two ends of the interval. The mean acceptance length is non-decreasing in every α_t, so its two "
+                  "values bound the true one; the draft acceptance rate at the ends is not a bound.")

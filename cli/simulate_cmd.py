@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._common import fail, print_json
+from ._common import fail, print_json, stdout_console
 from .main import app
 
 
@@ -107,13 +107,8 @@ def simulate_command(
                    f"too few trials", err=True)
 
 
-def _console() -> Console:
-    c = Console()
-    return c if c.is_terminal else Console(width=120)
-
-
 def _print_human(res, plot) -> None:
-    out = _console()
+    out = stdout_console()
     cfg = res.config
     sparse = cfg["dump_kind"] == "sparse"
     title = (f"fastspec simulate {res.dump}  (T={cfg['temperature']:g}, top_k={cfg['top_k']}, top_p={cfg['top_p']:g}, "

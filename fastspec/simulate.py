@@ -33,6 +33,19 @@ The MC estimate and the exact value are flagged as disagreeing when they are
 more than 4 standard errors apart (false-alarm rate about 6e-5 for a correct
 implementation): that means a bug or too few trials.
 
+Sparse dumps.  Only an interval [lower_t, upper_t] containing alpha_t is
+known.  The exact mean acceptance length is non-decreasing in every alpha_t, so
+the DP evaluated at the lower and upper ends bounds the true value.  Proof
+sketch (one coin u_t per position, accept iff u_t <= alpha_t, so raising alpha
+only turns failures into successes): the next start ``nxt(t) = t + 1 +
+min(run(t), d(t))`` (run = consecutive successes from t, d(t) = min(k, L-1-t))
+is non-decreasing in t and in the success set, so after every m steps the
+position with more successes is at least as far; hence it needs no more verify
+steps S, and the emitted tokens A + S lie in {L-1, L} with A + S = L-1 only
+when it also saved a step.  With E[A+S] >= E[S], (E[A+S] - q)/(E[S] - q) >=
+E[A+S]/E[S] for the saved mass q, per sequence and for the ratio of totals.
+(The draft acceptance rate has no such guarantee and is not bounded.)
+
 Assumptions to keep in mind: contexts follow the recorded sequences (when the
 requested sampling config differs from the one the trajectories were sampled
 with, the recorded contexts do not follow the serving distribution -- a
@@ -512,7 +525,10 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
         if mode == "token" and d.kind != "dense":
             raise ValueError(f"{d.path}: token mode needs dense logits; this dump is sparse top-k "
                              "(use --mode bernoulli, which reports alpha bounds)")
-        accs = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names)
+        if hasattr(d, "acceptance"):  # e.g. a sharded dump computing alpha on a cluster
+            accs = d.acceptance(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names)
+        else:
+            accs = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names)
         from .acceptance import _resolve_params
 
         t, tk, tp, mp = _resolve_params(d, temperature, top_k, top_p, min_p)

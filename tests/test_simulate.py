@@ -237,3 +237,21 @@ def test_simulate_argument_errors(tmp_path):
         simulate(path, draft_cost=-1)
     with pytest.raises(ValueError, match="temperature"):
         simulate(path, temperature=-1)
+
+
+# ------------------------------------------------------------------ monotonicity (what makes sparse bounds bounds)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300)
+@given(st.integers(1, 3), st.integers(2, 9), st.integers(1, 5), st.integers(0, 2 ** 31 - 1))
+def test_mean_acceptance_length_is_monotone_in_alpha(n, t, k, seed):
+    rng = np.random.default_rng(seed)
+    grid = np.array([0.0, 0.1, 0.5, 0.9, 1.0])
+    lo = rng.choice(grid, size=(n, t))
+    hi = np.minimum(1.0, lo + rng.choice([0.0, 0.1, 0.5, 1.0], size=(n, t)))
+    mid = lo + (hi - lo) * rng.random((n, t))
+    f = lambda a: expected_tokens_per_step(a, k).mean_acceptance_length  # noqa: E731
+    assert f(lo) <= f(mid) + 1e-12 <= f(hi) + 2e-12
