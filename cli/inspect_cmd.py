@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from ._common import print_json, stdout_console
+from ._dask import SCHEDULER_HELP, open_scheduler
 from .main import app
 
 
@@ -27,14 +28,16 @@ def inspect_command(
     min_p: Optional[float] = typer.Option(None, "--min-p", help="Min-p filter (0 = off); dense dumps only."),
     k: int = typer.Option(4, "--k", min=1, help="Draft length for the expected acceptance length (trajectory DP)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON on stdout."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
 ) -> None:
     """Show the arrays, shapes and drafts of a dump, and each draft's acceptance rate α."""
     from fastspec.acceptance import alpha_summary, dump_acceptance, expected_tokens_per_step
-    from fastspec.io import load_dump
+    from fastspec.shards import load_any  # a dump, or a directory of shards (fastspec.shards)
 
-    with load_dump(dump) as d:
+    with open_scheduler(scheduler) as client, load_any(dump, client=client) as d:
         info = d.describe()
-        res = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+        acc = d.acceptance if hasattr(d, "acceptance") else (lambda **kw: dump_acceptance(d, **kw))
+        res = acc(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
         md = d.metadata
         settings = {
             "temperature": md.get("temperature", 1.0) if temperature is None else temperature,

@@ -76,6 +76,8 @@ def _root() -> None:
 from . import exact_cmd  # noqa: E402,F401
 from . import inspect_cmd  # noqa: E402,F401
 from . import simulate_cmd  # noqa: E402,F401
+from . import dump_cmd  # noqa: E402,F401
+from . import measure_cmd  # noqa: E402,F401
 
 
 def main() -> None:

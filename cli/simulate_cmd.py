@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._common import fail, print_json, stdout_console
+from ._dask import SCHEDULER_HELP, open_scheduler
 from .main import app
 
 
@@ -36,9 +37,19 @@ def simulate_command(
                                                "target forward (c)."),
     verify_cost: Optional[str] = typer.Option(None, "--verify-cost", help="Target verify cost as a function of k: "
                                               "1, 1+0.05k, or a JSON table {\"1\": 1.02, ...} (inline or file)."),
+    verify: str = typer.Option("token", "--verify", help="Verification method(s), side by side: token, block or "
+                               "token,block (block verification: Sun et al. 2024; Monte-Carlo through the block "
+                               "kernel, needs dense logits)."),
+    candidates: str = typer.Option("1", "--candidates", help="Candidates per drafted position (token verification "
+                                   "with recursive rejection sampling), e.g. 1,2,4; exact via per-position beta_t(w)."),
+    candidate_sampling: str = typer.Option("iid", "--candidate-sampling", help="How the w candidates are proposed: "
+                                           "iid (drawn from the draft) or deterministic (top-w draft logits)."),
+    block_trials: Optional[int] = typer.Option(None, "--block-trials", help="Replays per sequence for block "
+                                               "verification (real tokens through the kernel; default 10)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
     plot: Optional[str] = typer.Option(None, "--plot", help="Write a PNG: tokens per step and speed-up vs k, and "
                                        "per-position acceptance (needs matplotlib: pip install 'fastspec[plot]')."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
 ) -> None:
     """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
     from fastspec.simulate import MODES, parse_k_list, simulate
@@ -88,9 +99,12 @@ def simulate_command(
         bar = None
         progress_total = progress = None
     try:
-        res = simulate(dump, k=ks, drafts=draft or None, temperature=temperature, top_k=top_k, top_p=top_p,
-                       min_p=min_p, mode=mode, trials=trials, seed=seed, draft_cost=draft_cost,
-                       verify_cost=verify_cost, progress=progress, progress_total=progress_total)
+        with open_scheduler(scheduler) as client:
+            res = simulate(dump, k=ks, drafts=draft or None, temperature=temperature, top_k=top_k, top_p=top_p,
+                           min_p=min_p, mode=mode, trials=trials, seed=seed, draft_cost=draft_cost,
+                           verify_cost=verify_cost, progress=progress, progress_total=progress_total, client=client,
+                           verify=verify, candidates=candidates, candidate_sampling=candidate_sampling,
+                           block_trials=block_trials)
     finally:
         if bar is not None:
             bar.stop()
@@ -107,6 +121,12 @@ def simulate_command(
                    f"too few trials", err=True)
 
 
+def _variant_label(r) -> str:
+    if r.verify == "block":
+        return "block"
+    return "token" if r.candidates == 1 else f"token w={r.candidates} {r.candidate_sampling}"
+
+
 def _print_human(res, plot) -> None:
     out = stdout_console()
     cfg = res.config
@@ -120,24 +140,37 @@ def _print_human(res, plot) -> None:
     else:
         cols = ["draft", "k", "alpha", "tokens/step (MC)", "95% CI", "exact (DP)", "draft accept rate"]
         cols += ["speed-up"] if has_cost else []
+        if "variants" in cfg:
+            cols.insert(2, "verify")
     for c in cols:
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
     for r in res.results:
-        mark = " *" if res.best.get(r.draft) == r.k else ""
+        mark = " *" if res.best.get(r.draft) == r.k and r.verify == "token" and r.candidates == 1 else ""
         if sparse:
             row = [r.draft, f"{r.k}{mark}", f"[{_fmt(r.alpha_lower)}, {_fmt(r.alpha_upper)}]",
                    f"[{_fmt(r.mean_acceptance_length_lower)}, {_fmt(r.mean_acceptance_length_upper)}]"]
             if has_cost:
                 row.append(f"[{_fmt(r.speedup_lower, 2)}, {_fmt(r.speedup_upper, 2)}]x")
         else:
-            flag = "" if r.mc_agrees_with_exact else " !"
+            flag = " !" if r.mc_agrees_with_exact is False else ""
             row = [r.draft, f"{r.k}{mark}", _fmt(r.alpha), _fmt(r.mean_acceptance_length) + flag,
-                   f"{_fmt(r.ci95[0])}-{_fmt(r.ci95[1])}", _fmt(r.mean_acceptance_length_exact),
+                   f"{_fmt(r.ci95[0])}-{_fmt(r.ci95[1])}",
+                   _fmt(r.mean_acceptance_length_exact) if r.exact_reason is None else "n/a (MC only)",
                    _fmt(r.draft_acceptance_rate)]
             if has_cost:
-                row.append(f"{r.speedup:.2f}x")
+                row.append(f"{r.speedup:.2f}x" if r.speedup is not None else "-")
+            if "variants" in cfg:
+                row.insert(2, _variant_label(r))
         table.add_row(*row)
     out.print(table)
+    notes = {r.exact_reason for r in res.results if r.exact_reason}
+    for n in notes:
+        from rich.markup import escape
+
+        out.print(escape(f"block verification: {n}"))
+    if any(r.candidates > 1 for r in res.results):
+        out.print("candidates w > 1: exact = trajectory DP on the per-position acceptance beta_t(w) of w candidates "
+                  f"({cfg.get('candidate_sampling')}); speed-up uses verify_cost(k*w) for the k*w tree nodes")
     if not sparse:
         pp = Table(title="per-position acceptance (unconditional, vLLM's definition), largest k per draft",
                    title_justify="left")
@@ -145,7 +178,8 @@ def _print_human(res, plot) -> None:
         pp.add_column("k", justify="right")
         pp.add_column("position 1..k", no_wrap=False)
         for name in dict.fromkeys(r.draft for r in res.results):
-            r = [x for x in res.results if x.draft == name][-1]
+            r = ([x for x in res.results if x.draft == name and x.verify == "token" and x.candidates == 1]
+                 or [x for x in res.results if x.draft == name])[-1]
             pp.add_row(name, str(r.k), " ".join(f"{v:.2f}" for v in r.per_position_acceptance))
         out.print(pp)
     if has_cost:
@@ -169,10 +203,12 @@ def _print_human(res, plot) -> None:
 
 
 def _plot(res, path, plt) -> None:
-    drafts = list(dict.fromkeys(r.draft for r in res.results))
+    many = "variants" in res.config
+    drafts = list(dict.fromkeys((r.draft, _variant_label(r)) for r in res.results))
     fig, axes = plt.subplots(1, 3 if res.config["draft_cost"] is not None else 2, figsize=(14, 4.2))
-    for name in drafts:
-        rows = [r for r in res.results if r.draft == name]
+    for draft_name, variant in drafts:
+        rows = [r for r in res.results if r.draft == draft_name and _variant_label(r) == variant]
+        name = f"{draft_name} ({variant})" if many else draft_name
         ks = [r.k for r in rows]
         if res.config["dump_kind"] == "sparse":
             lo = [r.mean_acceptance_length_lower for r in rows]

@@ -33,7 +33,7 @@ import numbers
 
 import numpy as np
 
-from ._fastexp import fexp, weight
+from ._fastexp import fexp, fmaximum, weight  # noqa: F401
 from ._jit import kernel, parallel_kernel, prange
 
 __all__ = ["row_params", "prob_at", "probabilities", "validate_sampling_params", "validate_logits"]
@@ -44,29 +44,40 @@ _SMALL = 16
 # --------------------------------------------------------------------------- kernels
 @kernel
 def row_max(x):
-    """(m, amax): the max logit as float64 and its lowest index."""
-    n = x.shape[0]
-    acc = np.full(16, -np.inf)
-    nb = n // 16
-    for b in range(nb):
-        for j in range(16):
-            v = np.float64(x[b * 16 + j])
-            if v > acc[j]:
-                acc[j] = v
-    m = -np.inf
-    for j in range(16):
-        if acc[j] > m:
-            m = acc[j]
-    for i in range(nb * 16, n):
-        v = np.float64(x[i])
-        if v > m:
-            m = v
+    """(m, amax): the max logit as float64 and its lowest index.
+
+    The max is an IEEE ``maximum`` reduction in the row's own dtype (vectorized; exact), then one
+    early-exit scan for the first index equal to it.  Rows are validated (no NaN) by the callers.
+    """
+    m = vmax(x)
     amax = 0
-    for i in range(n):
+    for i in range(x.shape[0]):
         if np.float64(x[i]) == m:
             amax = i
             break
     return m, np.int64(amax)
+
+
+@kernel
+def vmax(x):
+    """max of a non-empty row as float64 via ``fmaximum`` (vectorized): NaN if the row has a NaN,
+    +inf if it has +inf (and no NaN), -inf if every entry is -inf."""
+    m = x[0]
+    for i in range(x.shape[0]):  # from 0 (not 1): a loop from 0 vectorizes
+        m = fmaximum(m, x[i])
+    return np.float64(m)
+
+
+@kernel
+def logits_status(m):
+    """Validity of a row from its :func:`vmax`: 0 ok, 1 NaN, 2 +inf, 3 no finite value."""
+    if m != m:
+        return 1
+    if m == np.inf:
+        return 2
+    if m == -np.inf:
+        return 3
+    return 0
 
 
 @kernel
@@ -296,6 +307,11 @@ def validate_sampling_params(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.
     Returns ``(temperature float64, top_k int64, top_p float64, min_p float64)``.
     Raises TypeError/ValueError naming the argument, the offending row and the fix.
     """
+    if (type(temperature) in (float, int) and type(top_k) is int and type(top_p) in (float, int)
+            and type(min_p) in (float, int) and math.isfinite(temperature) and temperature >= 0 and top_k >= 0
+            and 0 < top_p <= 1 and 0 <= min_p < 1):  # common case: valid Python scalars (skips ~40 us of NumPy)
+        return (np.full(rows, float(temperature)), np.full(rows, top_k, dtype=np.int64),
+                np.full(rows, float(top_p)), np.full(rows, float(min_p)))
     t = _as_param("temperature", temperature, rows, np.float64, "float")
     k = _as_param("top_k", top_k, rows, np.int64, "int")
     p = _as_param("top_p", top_p, rows, np.float64, "float")
@@ -350,6 +366,26 @@ def validate_logits(name, logits, ndim=None):
     float16 is widened to float32 (exactly); other float dtypes and memory layout
     are kept (read-only and memory-mapped arrays are fine).  Returns the array.
     """
+    logits = check_logits_array(name, logits, ndim)
+    if logits.size and not _rows_ok(logits):
+        bad = np.isnan(logits) | (logits == np.inf)
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{name}{list(idx)} = {logits[idx]!r}: logits must be finite or -inf (masked); "
+                             "NaN and +inf are not allowed")
+        ok = np.isfinite(logits).any(axis=-1)
+        if not ok.all():
+            idx = tuple(int(i) for i in np.argwhere(~ok)[0])
+            raise ValueError(f"{name}{list(idx)} has no finite logit (all -inf): at least one token must be allowed")
+    return logits
+
+
+def check_logits_array(name, logits, ndim=None):
+    """The cheap part of :func:`validate_logits` (dtype, shape, float16 widening), without the value scan.
+
+    For kernels that detect NaN/+inf/all -inf rows themselves while they read the data (see
+    ``fastspec.verify``) and call :func:`validate_logits` for the error message when they find one.
+    """
     if not hasattr(logits, "dtype"):
         logits = np.asarray(logits)
         if np.issubdtype(logits.dtype, np.integer):
@@ -364,16 +400,6 @@ def validate_logits(name, logits, ndim=None):
         raise ValueError(f"{name} must have a non-empty last (vocabulary) axis, got shape {list(logits.shape)}")
     if logits.dtype == np.float16:
         logits = logits.astype(np.float32)
-    if logits.size and not _rows_ok(logits):
-        bad = np.isnan(logits) | (logits == np.inf)
-        if bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ValueError(f"{name}{list(idx)} = {logits[idx]!r}: logits must be finite or -inf (masked); "
-                             "NaN and +inf are not allowed")
-        ok = np.isfinite(logits).any(axis=-1)
-        if not ok.all():
-            idx = tuple(int(i) for i in np.argwhere(~ok)[0])
-            raise ValueError(f"{name}{list(idx)} has no finite logit (all -inf): at least one token must be allowed")
     return logits
 
 

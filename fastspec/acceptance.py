@@ -61,9 +61,9 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-from ._fastexp import weight
+from ._fastexp import fmaximum, weight
 from ._jit import kernel, parallel_kernel, prange
-from ._process import row_max, row_params, validate_sampling_params
+from ._process import logits_status, row_max, row_params, validate_sampling_params
 
 __all__ = [
     "acceptance_rates", "acceptance_bounds", "expected_tokens_per_step", "SpecStats",
@@ -71,7 +71,8 @@ __all__ = [
     "alpha_summary",
 ]
 
-_SCRATCH_MAX_V = 65536  # up to this V the fused kernel keeps the row's weights (16 B/token, fits L2)
+_SCRATCH_MAX_V = 1 << 20  # up to this V the kernel keeps the rows' weights (16 B/token and thread; measured
+# faster than recomputing the exps at V = 49152 and 128256)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,37 +100,86 @@ def _f64_ov(v):
     return lambda v: np.float64(v)
 
 
+def _f32w(v):  # pragma: no cover - replaced inside kernels by the overload below
+    return v
+
+
+@overload(_f32w, jit_options={"cache": True})
+def _f32w_ov(v):
+    """float16 bits -> float32 (exact); float32/float64 unchanged: the max pass runs in the narrow type."""
+    if v == types.uint16:
+        return lambda v: _half_bits_to_f32(v)
+    return lambda v: v
+
+
+@intrinsic
+def _half_bits_to_f32(typingctx, x):
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@kernel
+def _row_status(x):
+    """(status, m): status 0 ok, 1 NaN, 2 +inf, 3 no finite value; m = max as float64.
+
+    One vectorized IEEE-maximum reduction (NaN-propagating, so it is also the validity check)."""
+    m = _f32w(x[0])
+    for i in range(x.shape[0]):
+        m = fmaximum(m, _f32w(x[i]))
+    m64 = np.float64(m)
+    return logits_status(m64), m64
+
+
+@kernel
+def _argmax_of(x, m):
+    """Lowest index with x[i] == m."""
+    for i in range(x.shape[0]):
+        if _f64(x[i]) == m:
+            return i
+    return 0
+
+
 @kernel
 def _row_check(x):
     """(status, m, amax): status 0 ok, 1 NaN, 2 +inf, 3 no finite value; m = max, amax = lowest argmax."""
-    n = x.shape[0]
-    nn = 0
-    m = -np.inf
-    for i in range(n):
-        a = _f64(x[i])
-        nn += 1 if a != a else 0
-        m = max(m, a)
-    if nn > 0:
-        return 1, m, 0
-    if m == np.inf:
-        return 2, m, 0
-    if m == -np.inf:
-        return 3, m, 0
-    amax = 0
-    for i in range(n):
-        if _f64(x[i]) == m:
-            amax = i
-            break
-    return 0, m, amax
+    st, m = _row_status(x)
+    if st != 0:
+        return st, m, 0
+    return 0, m, _argmax_of(x, m)
 
 
 # --------------------------------------------------------------------------------------------------
 # Dense kernels
 # --------------------------------------------------------------------------------------------------
+@kernel
+def _weights_row(x, m, it, w):
+    """w[v] = exp((x[v] - m) * it) (float64); returns their sum."""
+    z = 0.0
+    for v in range(x.shape[0]):
+        a = weight(_f64(x[v]), m, it)
+        w[v] = a
+        z += a
+    return z
+
+
+@kernel
+def _min_sum(ep, eq, izp, izq):
+    s = 0.0
+    for v in range(ep.shape[0]):
+        s += min(ep[v] * izp, eq[v] * izq)
+    return s
+
+
 @parallel_kernel
 def _alpha_plain(P, Q, temp, valid, use_scratch, nthreads, out, status):
-    """α per row, temperature only (no filters).  One read of each row from memory; the max pass brings
-    the row into cache, then two fused passes (normalizers, then Σ min) run on cached data."""
+    """α per row, temperature only (no filters).  Per row pair: one vectorized max pass per row (it also
+    validates the row), then with ``use_scratch`` two exps per token pair -- the weights go to per-thread
+    float64 buffers while the normalizers are summed -- and a Σ min pass over the buffers (no exp);
+    without it the min pass recomputes the exps (four per pair)."""
     R, V = P.shape
     nth = min(nthreads, max(R, 1))
     for c in prange(nth):
@@ -142,35 +192,26 @@ def _alpha_plain(P, Q, temp, valid, use_scratch, nthreads, out, status):
                 continue
             x = P[r]
             y = Q[r]
-            sp, mp, ap = _row_check(x)
+            sp, mp = _row_status(x)
             if sp != 0:
                 status[r] = sp
                 continue
-            sq, mq, aq = _row_check(y)
+            sq, mq = _row_status(y)
             if sq != 0:
                 status[r] = 3 + sq
                 continue
             t = temp[r]
             if t == 0.0:
-                out[r] = 1.0 if ap == aq else 0.0
+                out[r] = 1.0 if _argmax_of(x, mp) == _argmax_of(y, mq) else 0.0
                 continue
             it = 1.0 / t
-            zp = 0.0
-            zq = 0.0
             if use_scratch:
-                for v in range(V):
-                    a = weight(_f64(x[v]), mp, it)
-                    b = weight(_f64(y[v]), mq, it)
-                    ep[v] = a
-                    eq[v] = b
-                    zp += a
-                    zq += b
-                izp = 1.0 / zp
-                izq = 1.0 / zq
-                s = 0.0
-                for v in range(V):
-                    s += min(ep[v] * izp, eq[v] * izq)
+                zp = _weights_row(x, mp, it, ep)
+                zq = _weights_row(y, mq, it, eq)
+                s = _min_sum(ep, eq, 1.0 / zp, 1.0 / zq)
             else:
+                zp = 0.0
+                zq = 0.0
                 for v in range(V):
                     zp += weight(_f64(x[v]), mp, it)
                     zq += weight(_f64(y[v]), mq, it)
@@ -196,11 +237,11 @@ def _alpha_filtered(P, Q, temp, top_k, top_p, min_p, valid, nthreads, out, statu
                 continue
             x = P[r]
             y = Q[r]
-            sp, _, _ = _row_check(x)
+            sp, _ = _row_status(x)
             if sp != 0:
                 status[r] = sp
                 continue
-            sq, _, _ = _row_check(y)
+            sq, _ = _row_status(y)
             if sq != 0:
                 status[r] = 3 + sq
                 continue

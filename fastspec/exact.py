@@ -513,12 +513,20 @@ def _check_k(k, name="k"):
 
 
 def block_distribution(target: Model, draft: Model, k: int, *, prefix: tuple = (),
-                       policy: Policy | str = "standard", **policy_params) -> BlockDistribution:
+                       policy: Policy | str = "standard", method: str = "token", **policy_params) -> BlockDistribution:
     """Enumerate exactly one verify step with ``k`` drafts after ``prefix``.
 
     ``target`` and ``draft`` are functions ``prefix -> distribution`` (tuples of
-    token ids to probability vectors over one vocabulary).
+    token ids to probability vectors over one vocabulary).  ``method="block"``
+    enumerates block verification instead (:func:`block_verification_distribution`).
     """
+    if method == "block":
+        if (policy.name if isinstance(policy, Policy) else policy) != "standard" or policy_params:
+            raise ValueError("policy applies to token verification only (method='token')")
+        return block_verification_distribution(target, draft, k, prefix=prefix)
+    if method != "token":
+        raise ValueError(f"method {method!r} is unknown; choose 'token' or 'block' "
+                         "(trees: candidate_block_distribution)")
     k = _check_k(k)
     if isinstance(policy, str):
         policy = get_policy(policy, **policy_params)
@@ -549,14 +557,19 @@ class SequenceDistribution:
 
 
 def sequence_distribution(target: Model, draft: Model, k: int, length: int, *, prefix: tuple = (),
-                          policy: Policy | str = "standard", **policy_params) -> SequenceDistribution:
+                          policy: Policy | str = "standard", method: str = "token",
+                          **policy_params) -> SequenceDistribution:
     """Enumerate repeated verify steps until ``length`` tokens exist.
 
     Each step starts from the context rolled back to the accepted prefix plus the
     emitted token (what the KV caches hold after rollback); tokens past
     ``length`` are cut off.  Compared with the target's own distribution over
-    ``length`` tokens.
+    ``length`` tokens.  ``method="block"`` uses block verification for every step
+    (trees: :func:`verification_sequence_distribution`).
     """
+    if method != "token":
+        return verification_sequence_distribution(target, draft, k, length, method=method, prefix=prefix,
+                                                  policy=policy, **policy_params)
     k = _check_k(k)
     length = _check_k(length, "length")
     if isinstance(policy, str):
@@ -583,3 +596,346 @@ def sequence_distribution(target: Model, draft: Model, k: int, length: int, *, p
                 frontier.append((new, pr * py))
     own = target_sequence_distribution(t, length, prefix)
     return SequenceDistribution(k, length, policy.name, dict(final), own, _tv_mappings(final, own), expected_steps)
+
+
+# --------------------------------------------------------------------------- block verification
+#
+# Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh; arXiv 2403.10444) judges the
+# whole block of drafts jointly.  With p_i, q_i the target and draft distributions at drafted position i
+# (context: prefix and the drafts x_<i), w_0 = 1 and
+#
+#     w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1),
+#     Z_{i+1} = sum_x max(w_i p_{i+1}(x) - q_{i+1}(x), 0),   h_i = Z_{i+1} / (Z_{i+1} + 1 - w_i)   (i < k),
+#     h_k = w_k,
+#
+# eta_i ~ Bernoulli(h_i) independently and tau = max{i : eta_i = 1} (0 if none): a later success rescues the
+# earlier drafts.  tau < k emits Y ~ max(w_tau p_{tau+1} - q_{tau+1}, 0) / Z_{tau+1}; tau = k a bonus token from
+# p_{k+1}.  It is not a per-position Policy (tau depends on later positions), so it has its own enumeration.
+
+METHODS = ("token", "block", "candidates")
+
+
+def _h(z: Fraction, w: Fraction) -> Fraction:
+    den = z + 1 - w
+    return ONE if den == 0 else z / den
+
+
+def _block_verification(t: _Model, d: _Model, k: int, prefix: tuple):
+    """Enumerate block verification of one block of ``k`` drafts; returns (emitted, P(tau = j), E[w_i])."""
+    emitted: dict[tuple, Fraction] = defaultdict(Fraction)
+    accepted = [ZERO] * (k + 1)
+    mean_w = [ZERO] * (k + 1)
+
+    def rec(ctx: tuple, i: int, prob: Fraction, xs: tuple, w: Fraction, hs: tuple, residuals: tuple):
+        # i drafts so far (x_1..x_i = xs), w = w_i; hs = (h_1..h_{i-1}); residuals[j] = residual at tau = j
+        mean_w[i] += prob * w
+        p = t(ctx)
+        if i == k:
+            hs = hs + (w,) if k > 0 else hs
+            # P(tau = j) = h_j prod_{l > j} (1 - h_l), h indexed 1..k; tau = 0 when every eta is 0
+            tail = ONE
+            for j in range(k, -1, -1):
+                pj = tail * (hs[j - 1] if j > 0 else ONE)
+                if j > 0:
+                    tail *= 1 - hs[j - 1]
+                if pj == 0:
+                    continue
+                accepted[j] += prob * pj
+                dist = p if j == k else residuals[j]
+                if dist is None:
+                    raise AssertionError("block verification reached a zero residual: a bug in fastspec.exact")
+                for y, py in enumerate(dist):
+                    if py:
+                        emitted[xs[:j] + (y,)] += prob * pj * py
+            return
+        q = d(ctx)
+        if len(q) != len(p):
+            raise ValueError(f"draft({ctx}) has {len(q)} entries but the vocabulary has {len(p)} (target({ctx}))")
+        res = tuple(max(w * a - b, ZERO) for a, b in zip(p, q))
+        z = sum(res, ZERO)
+        if i > 0:
+            hs = hs + (_h(z, w),)
+        residuals = residuals + (_normalized(res),)
+        for x, qx in enumerate(q):
+            if qx:
+                rec(ctx + (x,), i + 1, prob * qx, xs + (x,), min(w * p[x] / qx, ONE), hs, residuals)
+
+    rec(tuple(prefix), 0, ONE, (), ONE, (), ())
+    return dict(emitted), tuple(accepted), tuple(mean_w)
+
+
+def block_verification_distribution(target: Model, draft: Model, k: int, *, prefix: tuple = ()) -> BlockDistribution:
+    """Enumerate exactly one block-verification step with ``k`` drafts after ``prefix``.
+
+    Same fields as :func:`block_distribution`; ``policy`` is ``"block"``.  ``expected_accepted`` is E[tau],
+    which also equals sum_i E[w_i] (the probability that at least i drafts are accepted is E[w_i]).
+    """
+    k = _check_k(k)
+    t, d = _models(target, draft)
+    emitted, accepted, _ = _block_verification(t, d, k, tuple(prefix))
+    return _block_result(t, k, tuple(prefix), "block", emitted, accepted)
+
+
+def block_acceptance_weights(target: Model, draft: Model, k: int, *, prefix: tuple = ()) -> Dist:
+    """(E[w_1], ..., E[w_k]) of block verification: E[w_i] = P(at least i drafts accepted)."""
+    k = _check_k(k)
+    t, d = _models(target, draft)
+    return _block_verification(t, d, k, tuple(prefix))[2][1:]
+
+
+def _block_result(t: _Model, k: int, prefix: tuple, name: str, emitted, accepted) -> BlockDistribution:
+    expected_accepted = sum((j * pj for j, pj in enumerate(accepted)), ZERO)
+    completed = _extend_with_target(emitted, t, prefix, k + 1)
+    own = target_sequence_distribution(t, k + 1, prefix)
+    return BlockDistribution(k, name, emitted, accepted, expected_accepted, expected_accepted + 1,
+                             completed, own, _tv_mappings(completed, own))
+
+
+# --------------------------------------------------------------------------- multi-candidate verification
+#
+# w candidates per drafted position, verified by recursive rejection sampling: starting from r = p, candidate
+# x_s (drawn from the proposal g_s) is accepted with probability min(1, r(x_s) / g_s(x_s)); on rejection
+# r <- normalize(max(r - g_s, 0)); if every candidate is rejected, a token is sampled from r.  Proposals:
+#
+# * "iid": g_s = q for every s (SpecInfer's multi-step speculative sampling);
+# * "without_replacement": g_s = q with x_1..x_{s-1} removed and renormalized (recursive speculative decoding);
+#   fewer than w candidates are drawn when q's support runs out;
+# * "deterministic": given candidate ids (default: the top-w of q, lowest id on ties), each a point mass.
+#
+# Each step outputs r exactly whatever g_s is, as long as x_s really is drawn from g_s; so the output is p.
+
+CANDIDATE_SAMPLING = ("iid", "without_replacement", "deterministic")
+
+
+def _check_sampling(sampling: str) -> str:
+    if sampling not in CANDIDATE_SAMPLING:
+        raise ValueError(f"sampling {sampling!r} is unknown; choose one of: {', '.join(CANDIDATE_SAMPLING)}")
+    return sampling
+
+
+def top_candidates(q: Sequence[Fraction], w: int) -> tuple:
+    """The ``w`` most likely ids of ``q`` (lowest id on ties); fewer if q has fewer than w positive entries."""
+    order = sorted((i for i in range(len(q)) if q[i] > 0), key=lambda i: (-q[i], i))
+    return tuple(order[:w])
+
+
+def _candidates_enumerate(p: Dist, q: Dist, w: int, sampling: str, candidates, on_accept, on_final):
+    """Recursive rejection over the candidates of one position.
+
+    Calls ``on_accept(x, prob, s)`` for candidate x accepted at step s (1-based) with probability ``prob`` and
+    ``on_final(r, prob)`` when every candidate was rejected (a token is then sampled from r).
+    """
+    V = len(p)
+    if sampling == "deterministic" and candidates is None:
+        candidates = top_candidates(q, w)
+
+    def proposal(s: int, used: tuple):
+        if sampling == "iid":
+            return q
+        if sampling == "deterministic":
+            if s >= len(candidates):
+                return None
+            return tuple(ONE if v == candidates[s] else ZERO for v in range(V))
+        mass = ONE - sum((q[v] for v in used), ZERO)
+        if mass == 0:
+            return None
+        return tuple(ZERO if v in used else q[v] / mass for v in range(V))
+
+    def rec(s: int, r: Dist, used: tuple, prob: Fraction):
+        g = proposal(s, used) if s < w else None
+        if g is None:
+            on_final(r, prob)
+            return
+        rej = _residual(r, g)
+        r_next = _normalized(rej)
+        for x, gx in enumerate(g):
+            if not gx:
+                continue
+            a = min(ONE, r[x] / gx)
+            if a:
+                on_accept(x, prob * gx * a, s + 1)
+            if a != 1:
+                rec(s + 1, r_next, used + (x,), prob * gx * (1 - a))
+
+    rec(0, p, (), ONE)
+
+
+@dataclass(frozen=True)
+class CandidateStep:
+    """Exact anatomy of verifying ``w`` candidates at one position (all Fractions).
+
+    ``accepted_at[s]``: probability that candidate s+1 is the accepted one; ``acceptance``: probability that
+    some candidate is accepted; ``output``: the emitted token's distribution (equals ``p`` for every sampling).
+    """
+
+    p: Dist
+    q: Dist
+    w: int
+    sampling: str
+    candidates: tuple | None
+    accepted_at: Dist
+    acceptance: Fraction
+    output: Dist
+    total_variation: Fraction
+
+    @property
+    def exact(self) -> bool:
+        return self.total_variation == 0
+
+
+def candidate_step(p, q, w: int, *, sampling: str = "iid", candidates=None, normalize: bool = False) -> CandidateStep:
+    """Exact recursive rejection sampling of ``w`` candidates at one position (see the section comment).
+
+    ``candidates`` (only with ``sampling="deterministic"``): the candidate ids, distinct, at most ``w``;
+    default the top-w of ``q``.
+    """
+    p, q = _pair(p, q, normalize)
+    w = _check_k(w, "w")
+    if w < 1:
+        raise ValueError("w must be >= 1 (candidates per position)")
+    _check_sampling(sampling)
+    if candidates is not None:
+        if sampling != "deterministic":
+            raise ValueError("candidates are given only with sampling='deterministic' (point-mass proposals)")
+        candidates = tuple(int(c) for c in candidates)
+        if len(set(candidates)) != len(candidates) or any(not 0 <= c < len(p) for c in candidates):
+            raise ValueError(f"candidates {candidates} must be distinct ids in [0, {len(p)})")
+        w = min(w, len(candidates))
+    elif sampling == "deterministic":
+        candidates = top_candidates(q, w)
+    out = [ZERO] * len(p)
+    at = [ZERO] * w
+
+    def on_accept(x, prob, s):
+        out[x] += prob
+        at[s - 1] += prob
+
+    def on_final(r, prob):
+        for y, ry in enumerate(r):
+            out[y] += prob * ry
+
+    _candidates_enumerate(p, q, w, sampling, candidates, on_accept, on_final)
+    out = tuple(out)
+    return CandidateStep(p, q, w, sampling, candidates, tuple(at), sum(at, ZERO), out, total_variation(out, p))
+
+
+def _check_widths(widths) -> tuple:
+    if isinstance(widths, numbers.Integral) and not isinstance(widths, bool):
+        raise TypeError("widths must be a sequence (w_1, ..., w_k) of candidates per depth")
+    ws = tuple(widths)
+    for i, v in enumerate(ws):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"widths[{i}] = {v!r} must be an integer >= 1 (candidates at depth {i + 1})")
+    return tuple(int(v) for v in ws)
+
+
+def _candidate_block(t: _Model, d: _Model, widths: tuple, prefix: tuple, sampling: str):
+    """Enumerate one verify step over a static token tree: depth i has ``widths[i]`` candidates per node."""
+    k = len(widths)
+    emitted: dict[tuple, Fraction] = defaultdict(Fraction)
+    accepted = [ZERO] * (k + 1)
+
+    def rec(ctx: tuple, i: int, prob: Fraction, out: tuple):
+        p = t(ctx)
+        if i == k:
+            accepted[k] += prob
+            for y, py in enumerate(p):
+                if py:
+                    emitted[out + (y,)] += prob * py
+            return
+        q = d(ctx)
+        if len(q) != len(p):
+            raise ValueError(f"draft({ctx}) has {len(q)} entries but the vocabulary has {len(p)} (target({ctx}))")
+
+        def on_accept(x, pr, s):
+            rec(ctx + (x,), i + 1, prob * pr, out + (x,))
+
+        def on_final(r, pr):
+            accepted[i] += prob * pr
+            for y, ry in enumerate(r):
+                if ry:
+                    emitted[out + (y,)] += prob * pr * ry
+
+        _candidates_enumerate(p, q, widths[i], sampling, None, on_accept, on_final)
+
+    rec(tuple(prefix), 0, ONE, ())
+    return dict(emitted), tuple(accepted)
+
+
+def candidate_block_distribution(target: Model, draft: Model, widths, *, sampling: str = "iid",
+                                 prefix: tuple = ()) -> BlockDistribution:
+    """Enumerate one verify step over a token tree with ``widths[i]`` candidates per node at depth i+1.
+
+    Candidates at a node are drawn from the draft's distribution there (``sampling`` "iid" or
+    "without_replacement") or are the draft's top-w ("deterministic"); an accepted candidate's children are
+    judged next; when all children of a node are rejected the residual token is emitted, at a leaf a bonus
+    token from the target.  ``widths = (1,) * k`` is token verification.
+    """
+    widths = _check_widths(widths)
+    _check_sampling(sampling)
+    t, d = _models(target, draft)
+    emitted, accepted = _candidate_block(t, d, widths, tuple(prefix), sampling)
+    return _block_result(t, len(widths), tuple(prefix), f"candidates:{sampling}:{'x'.join(map(str, widths))}",
+                         emitted, accepted)
+
+
+def _step_enumerator(method: str, k: int, policy, widths, sampling):
+    """(t, d, ctx) -> emitted mapping of one verify step for ``sequence_distribution``."""
+    if method == "token":
+        return lambda t, d, ctx: _block(t, d, k, ctx, policy)[0]
+    if method == "block":
+        return lambda t, d, ctx: _block_verification(t, d, k, ctx)[0]
+    return lambda t, d, ctx: _candidate_block(t, d, widths, ctx, sampling)[0]
+
+
+def verification_sequence_distribution(target: Model, draft: Model, k: int, length: int, *, method: str = "token",
+                                       widths=None, sampling: str = "iid", prefix: tuple = (),
+                                       policy: Policy | str = "standard", **policy_params) -> SequenceDistribution:
+    """:func:`sequence_distribution` for any verification method.
+
+    ``method``: "token" (per-position ``policy``), "block" (block verification) or "candidates" (token trees
+    with ``widths`` candidates per depth, default ``(1,) * k``, drawn with ``sampling``).
+    """
+    if method not in METHODS:
+        raise ValueError(f"method {method!r} is unknown; choose one of: {', '.join(METHODS)}")
+    k = _check_k(k)
+    length = _check_k(length, "length")
+    if isinstance(policy, str):
+        policy = get_policy(policy, **policy_params)
+    if method != "token" and policy.name != "standard":
+        raise ValueError(f"policy {policy.name!r} applies to token verification only (method='token')")
+    if method == "candidates":
+        widths = (1,) * k if widths is None else _check_widths(widths)
+        if len(widths) != k:
+            raise ValueError(f"widths has {len(widths)} entries but k = {k}; give one width per depth")
+        _check_sampling(sampling)
+    name = {"token": policy.name, "block": "block",
+            "candidates": f"candidates:{sampling}:{'x'.join(map(str, widths or ()))}"}[method]
+    step = _step_enumerator(method, k, policy, widths, sampling)
+    t, d = _models(target, draft)
+    prefix = tuple(prefix)
+    blocks: dict[tuple, dict] = {}
+    final: dict[tuple, Fraction] = defaultdict(Fraction)
+    expected_steps = ZERO
+    frontier = [((), ONE)] if length > 0 else []
+    if length == 0:
+        final[()] = ONE
+    while frontier:
+        gen, pr = frontier.pop()
+        expected_steps += pr
+        ctx = prefix + gen
+        if ctx not in blocks:
+            blocks[ctx] = step(t, d, ctx)
+        for y, py in blocks[ctx].items():
+            new = gen + y
+            if len(new) >= length:
+                final[new[:length]] += pr * py
+            else:
+                frontier.append((new, pr * py))
+    own = target_sequence_distribution(t, length, prefix)
+    return SequenceDistribution(k, length, name, dict(final), own, _tv_mappings(final, own), expected_steps)
+
+
+__all__ += ["METHODS", "block_verification_distribution", "block_acceptance_weights", "CANDIDATE_SAMPLING",
+            "top_candidates", "CandidateStep", "candidate_step", "candidate_block_distribution",
+            "verification_sequence_distribution"]

@@ -612,8 +612,12 @@ def dump_logits(out, target, drafts: Mapping, prompts: Sequence[Sequence[int]], 
     if not prompts:
         raise ValueError("prompts: give at least one prompt")
     out = os.fspath(out)
-    if not out.endswith(".npz") and os.path.exists(out) and not os.path.isdir(out):
-        raise ValueError(f"out {out!r} exists and is not a directory; a dump is an .npz file or a directory")
+    if not out.endswith(".npz") and os.path.exists(out):
+        if not os.path.isdir(out):
+            raise ValueError(f"out {out!r} exists and is not a directory; a dump is an .npz file or a directory")
+        if os.listdir(out):
+            raise ValueError(f"out {out!r} is a directory that is not empty; remove it or choose a new path "
+                             "(a dump directory holds only its own .npy arrays)")
     for name, m in drafts.items():
         check_vocab_size(target, m, name)
     sparse = top_k_save is not None
@@ -668,8 +672,6 @@ def dump_logits(out, target, drafts: Mapping, prompts: Sequence[Sequence[int]], 
         names = list(drafts)
         if compressed is None:
             compressed = sparse
-        if os.path.isdir(out):
-            shutil.rmtree(out)
         save_dump(out, values[0], {n: v for n, v in zip(names, values[1:])}, tokens=tokens,
                   lengths=np.asarray(lengths, np.int64), temperature=params[0], top_k=params[1], top_p=params[2],
                   min_p=params[3], vocab_size=V, compressed=bool(compressed) and out.endswith(".npz"))

@@ -286,6 +286,11 @@ class DraftKResult:
     mean_acceptance_length_closed_form: float | None = None
     verify_steps: int | None = None
     token_check: dict | None = None
+    verify: str = "token"
+    candidates: int = 1
+    candidate_sampling: str | None = None
+    exact_reason: str | None = None
+    mc_method: str | None = None
 
     def as_dict(self) -> dict:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -396,7 +401,8 @@ def _iter_sequences(dump, draft, max_bytes=64 << 20):
         n0 = n1
 
 
-def _token_replay(dump, draft, alpha, k, trials, batches, seed, params, progress=None, max_rows=64):
+def _token_replay(dump, draft, alpha, k, trials, batches, seed, params, progress=None, max_rows=64,
+                  method="token"):
     """Replay with real tokens through fastspec.verify_logits, in lockstep batches of (sequence, trial)."""
     from .verify import verify_logits
 
@@ -436,13 +442,18 @@ def _token_replay(dump, draft, alpha, k, trials, batches, seed, params, progress
                 tpos = np.minimum(starts[:, None] + offs[None, :], L[rows, None] - 1)
                 target_rows = tgt[seq[rows, None], tpos]  # [R, kmax+1, V]
                 draft_rows = drf[seq[rows, None], tpos[:, :kmax]]  # [R, kmax, V]
-                u = draft_uniforms(int(seed), gid[rows], trial[rows], starts, kmax)
+                if method == "block":  # fresh drafts every step (see fastspec.block.step_draft_uniforms)
+                    from .block import step_draft_uniforms
+
+                    u = step_draft_uniforms(step_seeds(int(seed), gid[rows], trial[rows], starts), kmax)
+                else:
+                    u = draft_uniforms(int(seed), gid[rows], trial[rows], starts, kmax)
                 x = _sample_draft_tokens(draft_rows.reshape(-1, draft_rows.shape[-1]), u.reshape(-1),
                                          t, top_k, top_p, min_p).reshape(len(rows), kmax)
                 x = np.where(offs[None, :kmax] < kr[:, None], x, -1)
                 seeds = step_seeds(int(seed), gid[rows], trial[rows], starts)
                 res = verify_logits(target_rows, draft_rows, x, num_draft=kr, temperature=t, top_k=top_k,
-                                    top_p=top_p, min_p=min_p, seed=seeds)
+                                    top_p=top_p, min_p=min_p, seed=seeds, method=method)
                 acc = res.num_accepted
                 b = trial[rows] % batches
                 np.add.at(steps, b, 1)
@@ -465,7 +476,7 @@ def _token_replay(dump, draft, alpha, k, trials, batches, seed, params, progress
         if progress is not None:
             progress(m)
     check = None
-    if judged:
+    if judged and method == "token":  # block verification's acceptance is not alpha_t per position
         sd = math.sqrt(judged_var) if judged_var > 0 else 0.0
         z = (judged_accepted - judged_alpha) / sd if sd > 0 else (0.0 if judged_accepted == judged_alpha else math.inf)
         check = {"judged_positions": judged, "accepted": judged_accepted, "expected_accepted": judged_alpha,
@@ -480,7 +491,8 @@ def _token_replay(dump, draft, alpha, k, trials, batches, seed, params, progress
 def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None, min_p=None,
              mode: str = "bernoulli", trials: int | None = None, seed: int = 0, draft_cost=None,
              verify_cost=None, batches: int = 20, progress: Callable[[int], None] | None = None,
-             progress_total: Callable[[int], None] | None = None) -> SimulationResult:
+             progress_total: Callable[[int], None] | None = None, client=None, verify="token", candidates=1,
+             candidate_sampling: str = "iid", block_trials: int | None = None) -> SimulationResult:
     """Simulate speculative decoding of each draft in ``dump`` against its target, for each k.
 
     ``dump``: a path or an open :class:`fastspec.io.Dump`.  ``k``: an int, a list, or ``"1-8"`` /
@@ -488,11 +500,14 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     ``mode``: "bernoulli" or "token" (module docstring).  ``trials``: replays per sequence (default 200 in
     Bernoulli mode, 4 in token mode), rounded up to a multiple of ``batches``.  ``draft_cost`` (c, one
     draft forward relative to one target forward) and ``verify_cost`` (see :meth:`VerifyCost.parse`)
-    define the cost model; without either, ``speedup`` is None.  Returns a :class:`SimulationResult`.
+    define the cost model; without either, ``speedup`` is None.  ``client``: a ``dask.distributed.Client``
+    for the α pass when ``dump`` is a path (a directory of shards, :mod:`fastspec.shards`, is accepted with
+    or without one).  Returns a :class:`SimulationResult`.
     """
     from .io import load_dump
 
     ks = parse_k_list(k)
+    variants = _variants(verify, candidates, candidate_sampling)
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is unknown; choose one of: {', '.join(MODES)}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -516,7 +531,12 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
             cost.step_cost(kk)  # table coverage and positivity, before any heavy work
 
     own = not hasattr(dump, "iter_chunks")
-    d = load_dump(dump) if own else dump
+    if own and (client is not None or os.path.isdir(os.fspath(dump))):  # a directory of shards / a Dask client
+        from .shards import load_any
+
+        d = load_any(dump, client=client)
+    else:
+        d = load_dump(dump) if own else dump
     try:
         names = d.drafts if not drafts else tuple(drafts)
         for name in names:
@@ -540,8 +560,16 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
                   "draft_cost": cost.draft_cost if cost else None,
                   "verify_cost": cost.verify.describe() if cost else None,
                   "sequences": int(d.N), "positions": int(lengths.sum()), "vocab_size": d.V, "dump_kind": d.kind}
+        extra = [v for v in variants if v != ("token", 1)]
+        if extra:
+            _check_variants_supported(d, extra)
+            config["variants"] = [{"verify": v, "candidates": w} for v, w in variants]
+            config["candidate_sampling"] = candidate_sampling
+            config["block_trials"] = _block_trials(block_trials, batches) if ("block", 1) in variants else None
         if progress_total is not None:
-            progress_total(len(names) * len(ks) * (d.N if mode == "token" else 1))
+            per = {"token": d.N if mode == "token" else 1, "block": d.N}
+            progress_total(len(names) * len(ks) * sum(per["block"] if v == "block" else (per["token"] if w == 1
+                                                                                       else 1) for v, w in variants))
         results: list[DraftKResult] = []
         summaries = {}
         for name in names:
@@ -551,18 +579,30 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
                 summaries[name] = alpha_summary(acc.alpha, valid)
             else:
                 summaries[name] = {"lower": alpha_summary(acc.lower, valid), "upper": alpha_summary(acc.upper, valid)}
+            betas = {}
             for kk in ks:
-                results.append(_one(d, name, acc, kk, lengths, row_ids, mode, trials, batches, int(seed), cost,
-                                    (t, tk, tp, mp), progress))
+                for v, w in variants:
+                    if (v, w) == ("token", 1):
+                        results.append(_one(d, name, acc, kk, lengths, row_ids, mode, trials, batches, int(seed),
+                                            cost, (t, tk, tp, mp), progress))
+                    else:
+                        results.append(_variant_row(d, name, acc, kk, v, w, candidate_sampling, lengths, row_ids,
+                                                    trials, batches, int(seed), cost, (t, tk, tp, mp), progress,
+                                                    betas, block_trials))
         best = {}
         for name in names:
             rows = [r for r in results if r.draft == name]
+            base = [r for r in rows if r.verify == "token" and r.candidates == 1]
+            rows = base or [r for r in rows if r.speedup is not None] or rows  # best k: token verification rows
             if cost is None:
                 best[name] = None
             else:
                 key = (lambda r: r.speedup) if rows[0].speedup is not None else (lambda r: r.speedup_lower)
                 best[name] = max(rows, key=lambda r: (key(r), -r.k)).k
-        return SimulationResult(d.path, config, results, best, warnings, summaries, list(ASSUMPTIONS))
+        assumptions = list(ASSUMPTIONS) + ([VARIANT_ASSUMPTIONS[v] for v in ("candidates", "block")
+                                            if any((m == v) if v == "block" else (w > 1) for m, w in variants)]
+                                           if len(variants) > 1 or variants[0] != ("token", 1) else [])
+        return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions)
     finally:
         if own:
             d.close()
@@ -614,4 +654,153 @@ def _one(d, name, acc, k, lengths, row_ids, mode, trials, batches, seed, cost, p
         mean_acceptance_length_closed_form=expected_tokens_closed_form(a_mean, k),
         speedup_closed_form=cost.speedup(expected_tokens_closed_form(a_mean, k), k) if cost else None,
         verify_steps=total_steps, token_check=mc.get("token_check"))
+    return res
+
+
+# ----------------------------------------------------------------------------------------- block / candidates
+
+VERIFY_METHODS = ("token", "block")
+CANDIDATE_SAMPLING = ("iid", "deterministic")
+
+VARIANT_ASSUMPTIONS = {
+    "candidates": "candidates w > 1: at each drafted position w fresh candidates are judged by recursive rejection "
+    "sampling against the recorded p_t, q_t; the event 'some candidate accepted' has probability beta_t(w) "
+    "(iid: 1 - prod_s (1 - a_s) over the residual chain, O(V w); deterministic: target mass of the top-w draft "
+    "logits), independent across positions, so the DP and the Bernoulli replay apply to beta_t(w) unchanged; "
+    "the replay keeps the recorded contexts (a real tree would continue from the accepted candidate)",
+    "block": "block verification: real drafted tokens (x ~ q_t) through verify_logits(method='block') along the "
+    "recorded contexts; Monte-Carlo only (no exact expectation, see exact_reason)",
+}
+
+BLOCK_EXACT_REASON = ("block verification's acceptance depends on the joint law of the drafted tokens' ratio chain "
+                      "w_i = min(w_{i-1} p(x_i)/q(x_i), 1), not on per-position summaries: no exact expectation is "
+                      "computed from the dump (P(tau >= i) = E[w_i] per block, but the expectation over the "
+                      "trajectory needs the law of w, V^k terms); Monte-Carlo through fastspec's block kernel only")
+
+
+def _as_list(value, name):
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return [int(value)]
+    try:
+        return list(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a value or a list of values, got {type(value).__name__}") from None
+
+
+def _variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:
+    """[(verify, candidates)] rows to compute per (draft, k): token verification with each w, block with w = 1."""
+    methods = _as_list(verify, "verify")
+    for m in methods:
+        if m not in VERIFY_METHODS:
+            raise ValueError(f"verify {m!r} is unknown; choose token, block or both (token,block)")
+    ws = []
+    for w in _as_list(candidates, "candidates"):
+        try:
+            wi = int(w)
+        except (TypeError, ValueError):
+            raise ValueError(f"candidates {w!r} is not an integer; write e.g. 1, 2 or 1,2,4") from None
+        if isinstance(w, bool) or wi < 1 or wi > 64:
+            raise ValueError(f"candidates = {w!r} is invalid: use an integer in [1, 64] (candidates per position)")
+        ws.append(wi)
+    if not methods or not ws:
+        raise ValueError("verify and candidates must each name at least one value")
+    if candidate_sampling not in CANDIDATE_SAMPLING:
+        extra = (" (without replacement the per-position acceptance depends on which candidates were drawn; it is "
+                 "supported by fastspec.verify_tree_probs and fastspec.exact, not by the simulator)"
+                 if candidate_sampling == "without_replacement" else "")
+        raise ValueError(f"candidate_sampling {candidate_sampling!r} is not supported by simulate; choose one of: "
+                         f"{', '.join(CANDIDATE_SAMPLING)}{extra}")
+    out = []
+    for m in methods:
+        for w in sorted(set(ws)):
+            if m == "block" and w > 1:
+                continue  # block verification of candidate trees is not defined here
+            out.append((m, w))
+    if not out:
+        raise ValueError("block verification judges one candidate per position: use candidates 1 with --verify block")
+    return list(dict.fromkeys(out))
+
+
+def _check_variants_supported(d, extra) -> None:
+    if d.kind != "dense" or not hasattr(d, "iter_chunks") or not hasattr(d, "arrays"):
+        what = " and ".join(sorted({"block verification" if v == "block" else "candidates > 1" for v, _ in extra}))
+        raise ValueError(f"{d.path}: {what} needs the full target and draft distributions (dense logits); this "
+                         "dump is sparse top-k or not readable here: use --verify token --candidates 1, or a "
+                         "dense dump")
+
+
+def _block_trials(block_trials, batches) -> int:
+    n = 10 if block_trials is None else int(block_trials)
+    if n < 2:
+        raise ValueError(f"block_trials = {block_trials!r} must be >= 2")
+    b = min(batches, n)
+    return int(-(-n // b) * b)
+
+
+def _candidate_beta(d, name, params, w, sampling, valid) -> np.ndarray:
+    """beta_t(w) [N, T]: probability that one of w candidates is accepted at position t (exact, per position)."""
+    from ._process import probabilities
+    from .candidates import candidate_acceptance
+
+    t, top_k, top_p, min_p = params
+    beta = np.zeros((d.N, d.T))
+    for n0, n1, tgt, drf in _iter_sequences(d, name):
+        m = n1 - n0
+        x = tgt.reshape(m * d.T, -1)
+        y = drf.reshape(m * d.T, -1)
+        ok = valid[n0:n1].reshape(-1)
+        rows = np.flatnonzero(ok)
+        for s in range(0, rows.size, 256):
+            r = rows[s:s + 256]
+            p = probabilities(x[r], temperature=t, top_k=top_k, top_p=top_p, min_p=min_p)
+            q = probabilities(y[r], temperature=t, top_k=top_k, top_p=top_p, min_p=min_p)
+            b = candidate_acceptance(p, q, w, sampling=sampling,
+                                     draft_logits=np.asarray(y[r], dtype=np.float64) if sampling == "deterministic"
+                                     else None)
+            flat = beta[n0:n1].reshape(-1)
+            flat[r] = b
+            beta[n0:n1] = flat.reshape(m, d.T)
+    return beta
+
+
+def _variant_row(d, name, acc, k, verify, w, sampling, lengths, row_ids, trials, batches, seed, cost, params,
+                 progress, betas, block_trials) -> DraftKResult:
+    """One (draft, k) row for block verification or w > 1 candidates per position."""
+    from .acceptance import DraftAcceptance
+
+    if verify == "token":
+        # beta_t(w) replaces alpha_t: each position is drafted at most once and its w candidates are fresh, so
+        # acceptance at t is an independent Bernoulli(beta_t(w)) and the DP and the Bernoulli replay apply unchanged.
+        if w not in betas:
+            betas[w] = _candidate_beta(d, name, params, w, sampling, acc.valid)
+        beta_acc = DraftAcceptance(name, acc.valid, alpha=betas[w])
+        res = _one(d, name, beta_acc, k, lengths, row_ids, "bernoulli", trials, batches, seed, cost, params, progress)
+        res.verify, res.candidates, res.candidate_sampling = "token", w, sampling
+        res.mc_method = f"bernoulli replay of beta_t({w}) (exact per-position acceptance of {w} candidates)"
+        if cost is not None:
+            try:  # a tree of k*w drafted nodes: k draft forwards (one per depth), verify cost of k*w positions
+                res.speedup = res.mean_acceptance_length_exact / (k * cost.draft_cost + cost.verify(k * w))
+                res.speedup_closed_form = None
+            except ValueError:
+                res.speedup = None
+        res.mean_acceptance_length_closed_form = None
+        return res
+    bt = _block_trials(block_trials, batches)
+    nb = min(batches, bt)
+    mc = _token_replay(d, name, acc.alpha, k, bt, nb, seed, params, progress, method="block")
+    est, se, half = batch_means_ci(mc["tokens"], mc["steps"])
+    steps = int(mc["steps"].sum())
+    drafted = int(mc["drafted"].sum())
+    res = DraftKResult(
+        draft=name, k=k, alpha=float(acc.alpha[acc.valid].mean()), mean_acceptance_length=float(est),
+        ci95=(float(est - half), float(est + half)), mean_acceptance_length_exact=None,
+        draft_acceptance_rate=float(mc["accepted"].sum() / drafted) if drafted else 0.0,
+        per_position_acceptance=(mc["pos_accepted"] / max(steps, 1)).tolist(),
+        accepted_length_histogram=(mc["hist"] / max(steps, 1)).tolist(),
+        speedup=cost.speedup(float(est), k) if cost else None, standard_error=float(se),
+        verify_steps=steps, verify="block", candidates=1, exact_reason=BLOCK_EXACT_REASON,
+        mc_method=f"{bt} replays per sequence through verify_logits(method='block') (real drafted tokens)")
+    # no exact figure to compare with; the token-verification row of the same (draft, k) is the reference
     return res

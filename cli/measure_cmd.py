@@ -1,0 +1,194 @@
+"""``fastspec measure``: real speculative decoding on the CPU vs ``simulate``'s offline prediction (needs fastspec[hf])."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ._common import fail, print_json
+from .dump_cmd import check_common, import_hf, progress_bar, set_threads
+from .main import app
+
+
+def _rel_error(measured: float, pred: float | None, lo: float | None, hi: float | None) -> float | None:
+    """(prediction - measured) / measured; for an interval prediction, 0 inside it, else to the nearest end."""
+    if measured is None or not math.isfinite(measured) or measured == 0:
+        return None
+    if pred is not None:
+        return (pred - measured) / measured
+    if lo is None or hi is None:
+        return None
+    if lo <= measured <= hi:
+        return 0.0
+    near = lo if measured < lo else hi
+    return (near - measured) / measured
+
+
+def _prediction_over_prompts(path, names, ks, temperature, ratio_ci):
+    """{(draft, k): (estimate, se, half)}: the exact prediction with its uncertainty over prompts (each recorded
+    trajectory is one sample; per-prompt expected tokens and steps from the DP, delta-method ratio CI).
+    Dense dumps only (a sparse dump has only bounds)."""
+    from fastspec.acceptance import dump_acceptance, expected_tokens_per_step
+    from fastspec.io import load_dump
+
+    out = {}
+    with load_dump(path) as d:
+        if d.kind != "dense":
+            return out
+        accs = dump_acceptance(d, temperature=temperature, drafts=names)
+        L = d.lengths.astype("int64")
+        for name in names:
+            a = accs[name].alpha
+            for k in ks:
+                tok, st = [], []
+                for n in range(d.N):
+                    s = expected_tokens_per_step(a[n:n + 1], k, lengths=L[n:n + 1])
+                    tok.append(s.accepted + s.steps)
+                    st.append(s.steps)
+                out[(name, k)] = ratio_ci(tok, st)
+    return out
+
+
+@app.command("measure")
+def measure_command(
+    target: str = typer.Option(..., "--target", help="Target model: a local Hugging Face model directory or a .gguf file."),
+    draft: List[str] = typer.Option(..., "--draft", help="NAME=MODEL (repeatable); MODEL: directory, .gguf file or exitL."),
+    prompts: str = typer.Option(..., "--prompts", help="Prompts file (text, one per line, or .jsonl chat messages)."),
+    k: str = typer.Option("1,2,4", "--k", help="Draft lengths: 4, 1,2,4 or 1-4."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature of the real loop and of the "
+                                      "prediction (0 = greedy)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens generated per prompt (stops early at EOS)."),
+    seed: int = typer.Option(0, "--seed", help="Seed (the real loop and the dump it makes derive their seeds from it)."),
+    repeats: int = typer.Option(1, "--repeats", help="Real-loop runs per prompt and (draft, k)."),
+    max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="Use only the first N prompts of the file."),
+    dump: Optional[str] = typer.Option(None, "--dump", help="Predict from this existing dump of the same prompts "
+                                       "(default: make one now, dense, from the same prompts)."),
+    top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Make the prediction dump sparse top-K."),
+    save_dump: Optional[str] = typer.Option(None, "--save-dump", help="Keep the prediction dump it makes at this path."),
+    trials: Optional[int] = typer.Option(None, "--trials", help="simulate's Monte-Carlo replays per sequence."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+) -> None:
+    """Measured mean acceptance length (95% CI) per (draft, k) next to simulate's prediction, and the relative error."""
+    from fastspec.simulate import parse_k_list, simulate
+
+    try:
+        ks = parse_k_list(k)
+    except (ValueError, TypeError) as exc:
+        fail(f"--k: {exc}")
+    check_common(max_new_tokens, temperature, prompts)
+    if repeats < 1:
+        fail(f"--repeats {repeats} is invalid: use a positive count")
+    if top_k_save is not None and top_k_save < 1:
+        fail(f"--top-k-save {top_k_save} is invalid: use a positive K")
+    if dump is not None and not os.path.exists(dump):
+        fail(f"--dump {dump}: no such file or directory")
+    if dump is not None and (save_dump is not None or top_k_save is not None):
+        fail("--dump uses an existing dump; --save-dump and --top-k-save only apply to the dump measure makes")
+    if max_prompts is not None and max_prompts < 1:
+        fail(f"--max-prompts {max_prompts} is invalid: use a positive count")
+    if trials is not None and trials < 2:
+        fail(f"--trials {trials} is invalid: use at least 2")
+    hf = import_hf()
+    set_threads(threads)
+    specs = hf.parse_draft_specs(draft)
+    tmodel, tok, drafts = hf.resolve_models(target, specs)
+    ids = hf.read_prompts(prompts, tok)
+    if max_prompts is not None:
+        ids = ids[:max_prompts]
+    eos = hf.eos_ids(tmodel, tok)
+    console = Console(stderr=True)
+
+    tmpdir = None
+    path = dump
+    try:
+        if path is None:
+            if save_dump is not None:
+                path = save_dump
+            else:
+                tmpdir = tempfile.mkdtemp(prefix="fastspec-measure-")
+                path = os.path.join(tmpdir, "dump")
+            start, advance, stop = progress_bar(console, "dumping (prediction)", len(ids))
+            start()
+            try:
+                hf.dump_logits(path, tmodel, drafts, ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                               top_k_save=top_k_save, seed=seed, eos_token_id=eos, progress=advance)
+            finally:
+                stop()
+        sim = simulate(path, k=ks, drafts=list(drafts), temperature=temperature, trials=trials, seed=seed)
+        over = _prediction_over_prompts(path, list(drafts), ks, temperature, hf.ratio_ci)
+    finally:
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+    start, advance, stop = progress_bar(console, "real speculative loop", len(ids) * len(ks) * len(drafts))
+    start()
+    try:
+        meas = hf.measure(tmodel, drafts, ids, ks, temperature=temperature, seed=seed, max_new_tokens=max_new_tokens,
+                          eos_token_id=eos, repeats=repeats, progress=advance)
+    finally:
+        stop()
+
+    pred = {(r.draft, r.k): r for r in sim.results}
+    rows = []
+    for m in meas:
+        p = pred[(m.draft, m.k)]
+        point = p.mean_acceptance_length_exact
+        lo, hi = p.mean_acceptance_length_lower, p.mean_acceptance_length_upper
+        po = over.get((m.draft, m.k))
+        z = None
+        if po is not None and math.isfinite(po[1]) and math.isfinite(m.standard_error):
+            se = math.hypot(po[1], m.standard_error)
+            z = (po[0] - m.mean_acceptance_length) / se if se > 0 else None
+        rows.append({
+            "draft": m.draft, "k": m.k,
+            "predicted": {"mean_acceptance_length_exact": point, "mean_acceptance_length_mc": p.mean_acceptance_length,
+                          "ci95": list(p.ci95) if p.ci95 else None, "lower": lo, "upper": hi, "alpha": p.alpha,
+                          "alpha_lower": p.alpha_lower, "alpha_upper": p.alpha_upper,
+                          "ci95_over_prompts": [po[0] - po[2], po[0] + po[2]] if po else None,
+                          "standard_error_over_prompts": po[1] if po else None},
+            "measured": m.as_dict(),
+            "relative_error": _rel_error(m.mean_acceptance_length, point, lo, hi),
+            "z_difference": z,
+            "measured_inside_prediction_interval": (lo <= m.mean_acceptance_length <= hi) if point is None else None,
+        })
+    config = {"target": target, "drafts": specs, "prompts": prompts, "num_prompts": len(ids),
+              "max_prompts": max_prompts, "k": ks,
+              "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed, "repeats": repeats,
+              "dump": dump if dump is not None else save_dump, "dump_kind": sim.config["dump_kind"]}
+    if as_json:
+        print_json({"config": config, "results": rows, "prediction_warnings": sim.warnings})
+        return
+    out = Console() if Console().is_terminal else Console(width=150)
+    table = Table(title=f"fastspec measure: real loop vs simulate (T={temperature:g}, {len(ids)} prompts x "
+                        f"{max_new_tokens} new tokens, repeats={repeats})", title_justify="left")
+    for c in ("draft", "k", "predicted", "measured (95% CI)", "rel. error", "steps", "ms/token draft+target+verify"):
+        table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
+    for r, m in zip(rows, meas):
+        p = r["predicted"]
+        if p["mean_acceptance_length_exact"] is not None:
+            ci = p["ci95_over_prompts"]
+            ptxt = f"{p['mean_acceptance_length_exact']:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+        else:
+            ptxt = f"[{p['lower']:.3f}, {p['upper']:.3f}]"
+        err = r["relative_error"]
+        t = m.time_s
+        per = 1000.0 / max(m.emitted, 1)
+        table.add_row(m.draft, str(m.k), ptxt,
+                      f"{m.mean_acceptance_length:.3f} ({m.ci95[0]:.3f}-{m.ci95[1]:.3f})",
+                      ("-" if err is None else f"{100 * err:+.1f}%")
+                      + ("" if r["z_difference"] is None else f" (z={r['z_difference']:+.1f})"), str(m.verify_steps),
+                      f"{t['draft'] * per:.1f}+{t['target'] * per:.1f}+{t['verify'] * per:.1f}")
+    out.print(table)
+    out.print("predicted: simulate's exact expectation (trajectory DP) over the dump's recorded trajectories, 95% CI "
+              "over prompts (one recorded trajectory each; sparse dump: [lower, upper] bounds); measured: tokens per "
+              "verify step of the real loop, 95% CI over prompts; rel. error = (predicted - measured) / measured (0 "
+              "when inside a sparse interval); z = difference / combined standard error", markup=False)
+    for w in sim.warnings:
+        out.print(f"[bold yellow]warning:[/] {w}")

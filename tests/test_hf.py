@@ -1,0 +1,354 @@
+"""fastspec.hf: real models (tiny random Llamas built from a config, no download).
+
+Which claim each test checks (README, "three kinds of same"):
+* same distribution -- ``test_first_two_tokens_follow_target_distribution`` (calibrated chi-square against the
+  target's exact autoregressive law, and a deliberately broken loop that the same test rejects);
+* same text under a fixed seed / deterministic rule -- greedy speculative == greedy autoregressive, cached loop
+  == recompute-from-scratch loop, early-exit draft == hidden-state path;
+* dump format -- round trip through the loader, tiny-model dumps valid, mismatched tokenizer refused.
+Skipped cleanly when torch / transformers (the ``fastspec[hf]`` extra) are absent.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+stats = pytest.importorskip("scipy.stats")
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(1)
+
+import fastspec  # noqa: E402
+from fastspec import hf  # noqa: E402
+from fastspec.io import load_dump  # noqa: E402
+
+V = 8
+PROMPT = [1, 3, 5]
+
+
+def tiny(seed: int, vocab: int = V, layers: int = 2, eos: int | None = None):
+    """A tiny randomly initialized Llama; initializer_range 0.3 gives peaked, context-dependent distributions."""
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                                   num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
+                                   initializer_range=0.3, tie_word_embeddings=False, bos_token_id=0,
+                                   eos_token_id=eos, pad_token_id=None)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny(0), tiny(1)
+
+
+def _probs(model, ids, **params):
+    with torch.no_grad():
+        lg = model(torch.tensor([ids])).logits[0, -1].float().numpy()
+    return fastspec.probabilities(lg[None], **params)[0]
+
+
+def _chi2(counts: np.ndarray, expected_p: np.ndarray, n: int) -> tuple[float, int]:
+    """Pearson statistic over cells with expected count >= 5 (the rest pooled); zero-probability cells must be empty."""
+    counts, exp = counts.ravel(), expected_p.ravel() * n
+    assert counts[exp == 0].sum() == 0, "a zero-probability outcome was produced"
+    big = exp >= 5
+    obs = list(counts[big]) + ([counts[(~big) & (exp > 0)].sum()] if ((~big) & (exp > 0)).any() else [])
+    ex = list(exp[big]) + ([exp[(~big) & (exp > 0)].sum()] if ((~big) & (exp > 0)).any() else [])
+    obs, ex = np.asarray(obs, float), np.asarray(ex, float)
+    return float(((obs - ex) ** 2 / ex).sum()), len(obs) - 1
+
+
+# ------------------------------------------------------------------------------- same distribution
+
+def _two_token_law(target, params):
+    p1 = _probs(target, PROMPT, **params)
+    joint = np.zeros((V, V))
+    for a in range(V):
+        if p1[a] > 0:
+            joint[a] = p1[a] * _probs(target, PROMPT + [a], **params)
+    return joint
+
+
+def _sample_pairs(target, draft, n, params, k=2, seed0=0):
+    counts = np.zeros((V, V), np.int64)
+    for s in range(n):
+        r = hf.speculative_generate(target, draft, PROMPT, k=k, seed=seed0 + s, max_new_tokens=3, **params)
+        counts[r.tokens[0], r.tokens[1]] += 1
+    return counts
+
+
+def test_first_two_tokens_follow_target_distribution(pair):
+    """Same distribution: the first two tokens of the real loop (k=2: both come from one verify step or a
+    rejection then a new step) follow the target's exact autoregressive law; chi-square at false-alarm 1e-6."""
+    target, draft = pair
+    params = dict(temperature=0.9, top_k=6)
+    joint = _two_token_law(target, params)
+    assert abs(joint.sum() - 1) < 1e-9
+    n = 1500
+    stat, df = _chi2(_sample_pairs(target, draft, n, params), joint, n)
+    assert stat < stats.chi2.isf(1e-6, df), (stat, df)
+
+
+def test_broken_loop_fails_the_same_test(pair, monkeypatch):
+    """The same test has power: a loop that resamples from p (not the residual max(p - q, 0)) after a rejection
+    is biased, and the chi-square rejects it."""
+    target, draft = pair
+    params = dict(temperature=0.9, top_k=6)
+    real = hf.verify_logits
+    rng = np.random.default_rng(123)
+
+    def broken(tl, dl, toks, **kw):
+        res = real(tl, dl, toks, **kw)
+        n = int(res.num_accepted[0])
+        if dl is not None and n < toks.shape[1]:  # rejected: replace the recovered token by a fresh draw from p
+            p = fastspec.probabilities(tl[0, n][None], temperature=kw["temperature"], top_k=kw["top_k"])[0]
+            res.tokens[0, n] = rng.choice(len(p), p=p)
+        return res
+
+    monkeypatch.setattr(hf, "verify_logits", broken)
+    joint = _two_token_law(target, params)
+    n = 500
+    stat, df = _chi2(_sample_pairs(target, draft, n, params, seed0=10_000), joint, n)
+    assert stat > stats.chi2.isf(1e-6, df), (stat, df)
+
+
+# ------------------------------------------------------------------------------- same text (deterministic)
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_greedy_speculative_equals_greedy_decoding(pair, k):
+    """Same text: at temperature 0 the speculative output equals plain greedy decoding token for token."""
+    target, draft = pair
+    ref = hf.generate(target, PROMPT, temperature=0, max_new_tokens=24)
+    ref_nocache = hf.generate(target, PROMPT, temperature=0, max_new_tokens=24, use_cache=False)
+    np.testing.assert_array_equal(ref, ref_nocache)
+    for d in (draft, hf.early_exit(target, 1)):
+        r = hf.speculative_generate(target, d, PROMPT, k=k, temperature=0, max_new_tokens=24)
+        np.testing.assert_array_equal(r.tokens, ref)
+        assert r.verify_steps >= 1 and r.emitted + r.plain_steps == len(ref)
+
+
+@pytest.mark.parametrize("which", ["independent", "exit1"])
+def test_cache_rollback_matches_recompute_from_scratch(pair, which):
+    """Rollback: the cached loop (crop to the accepted prefix each step) gives, under one seed, the same drafts,
+    emitted tokens and (to float tolerance) the same target/draft logits as a loop that recomputes every forward
+    from the full sequence without a cache."""
+    target, draft = pair
+    d = draft if which == "independent" else hf.early_exit(target, 1)
+    for k in (2, 4):
+        a = hf.speculative_generate(target, d, PROMPT, k=k, seed=7, max_new_tokens=30, return_trace=True)
+        b = hf.speculative_generate(target, d, PROMPT, k=k, seed=7, max_new_tokens=30, return_trace=True,
+                                    use_cache=False)
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        assert len(a.trace) == len(b.trace)
+        rejected = 0
+        for sa, sb in zip(a.trace, b.trace):
+            assert sa["drafts"] == sb["drafts"] and sa["emitted"] == sb["emitted"]
+            np.testing.assert_allclose(sa["target_logits"], sb["target_logits"], atol=1e-4)
+            if sa["draft_logits"] is not None:
+                np.testing.assert_allclose(sa["draft_logits"], sb["draft_logits"], atol=1e-4)
+                rejected += len(sa["emitted"]) <= len(sa["drafts"])
+        assert rejected >= 2  # rollback really happened (steps with rejected drafts)
+        assert len(a.tokens) == 30
+        assert a.verify_steps == len(a.accepted_per_step) and a.accepted == a.accepted_per_step.sum()
+        assert a.emitted == a.accepted + a.verify_steps
+        np.testing.assert_array_equal(a.per_position_accepted,
+                                      [(a.accepted_per_step > j).sum() for j in range(k)])
+
+
+def test_early_exit_shares_weights_and_matches_hidden_states(pair):
+    target, _ = pair
+    e = hf.early_exit(target, 1)
+    assert len(target.model.layers) == 2 and target.config.num_hidden_layers == 2  # target untouched
+    assert e.model.embed_tokens.weight.data_ptr() == target.model.embed_tokens.weight.data_ptr()
+    assert e.lm_head.weight.data_ptr() == target.lm_head.weight.data_ptr()
+    ids = torch.tensor([PROMPT + [2, 4]])
+    with torch.no_grad():
+        hs = target(ids, output_hidden_states=True).hidden_states[1]
+        ref = target.lm_head(target.model.norm(hs))
+        got = e(ids).logits
+    torch.testing.assert_close(got, ref)
+    with pytest.raises(ValueError, match="exit depth"):
+        hf.early_exit(target, 3)
+
+
+def test_loop_bad_input(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="k ="):
+        hf.speculative_generate(target, draft, PROMPT, k=0)
+    with pytest.raises(ValueError, match="temperature"):
+        hf.speculative_generate(target, draft, PROMPT, k=2, temperature=-1)
+    with pytest.raises(ValueError, match="input_ids"):
+        hf.speculative_generate(target, draft, [], k=2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        hf.speculative_generate(target, draft, PROMPT, k=2, max_new_tokens=0)
+
+
+def test_eos_stops_and_plain_step(pair):
+    target, draft = pair
+    r = hf.speculative_generate(target, draft, PROMPT, k=4, seed=3, max_new_tokens=40, eos_token_id=2)
+    toks = list(r.tokens)
+    assert 2 not in toks[:-1] and (toks[-1] == 2 or len(toks) == 40)
+    r = hf.speculative_generate(target, draft, PROMPT, k=3, seed=3, max_new_tokens=1)
+    assert len(r.tokens) == 1 and r.verify_steps == 0 and r.plain_steps == 1
+
+
+# ------------------------------------------------------------------------------- dumps and CLI
+
+WORDS = ["<s>", "</s>", "a", "b", "c", "d", "e", "f"]
+
+
+def _save_model(path, seed, words=WORDS, layers=2):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(words)}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="a"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="a")
+    m = tiny(seed, vocab=len(words), layers=layers, eos=1)
+    m.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    t = _save_model(root / "target", 0)
+    d = _save_model(root / "draft", 1, layers=1)
+    other = _save_model(root / "other", 2, words=["<s>", "</s>", "x", "y", "z", "w", "v", "u"])
+    prompts = root / "prompts.txt"
+    prompts.write_text("a b c\n\nd e\nf a b c d\n")
+    return {"target": t, "draft": d, "other": other, "prompts": str(prompts), "root": root}
+
+
+def _cli(args):
+    from typer.testing import CliRunner
+
+    from fastspec_cli.main import app
+
+    return CliRunner().invoke(app, args)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_dump_round_trip(model_dirs, tmp_path, sparse):
+    """The dump command writes a valid dump: per position t, the logits that predict generated token t
+    (teacher-forced), the sampled tokens, lengths and the sampling metadata."""
+    out = str(tmp_path / "d.npz")
+    args = ["dump", "--target", model_dirs["target"], "--draft", f"small={model_dirs['draft']}", "--draft", "exit1",
+            "--prompts", model_dirs["prompts"], "--max-new-tokens", "6", "--temperature", "0.8", "--seed", "5",
+            "--out", out, "--threads", "1"]
+    if sparse:
+        args += ["--top-k-save", "3"]
+    res = _cli(args)
+    assert res.exit_code == 0, res.output
+    target, tok = hf.load_model(model_dirs["target"])
+    prompts = hf.read_prompts(model_dirs["prompts"], tok)
+    assert len(prompts) == 3  # the blank line is skipped
+    with load_dump(out, validate=True) as d:
+        assert d.kind == ("sparse" if sparse else "dense") and set(d.drafts) == {"small", "exit1"}
+        assert d.N == 3 and d.V == V
+        assert float(d.metadata["temperature"]) == 0.8
+        assert (d.lengths >= 1).all() and d.lengths.max() == d.T <= 6
+        rows = {}
+        for ch in d.iter_chunks():
+            rows.setdefault("target", []).append(ch.target)
+            for n in d.drafts:
+                rows.setdefault(n, []).append(ch.drafts[n])
+        for i, prompt in enumerate(prompts):
+            L = int(d.lengths[i])
+            cont = d.tokens[i, :L]
+            # the continuation is the target's own sample under the derived seed (same text, fixed seed)
+            again = hf.generate(target, prompt, temperature=0.8, seed=hf._seed_for(5, i), max_new_tokens=6,
+                                eos_token_id=1)
+            np.testing.assert_array_equal(cont, again)
+            ref = hf.teacher_forced_logits(target, prompt, cont)
+            if sparse:
+                ids = np.concatenate([r[0] for r in rows["target"]]).reshape(d.N, d.T, -1)[i, :L]
+                lp = np.concatenate([r[1] for r in rows["target"]]).reshape(d.N, d.T, -1)[i, :L]
+                p = fastspec.probabilities(ref, temperature=0.8)
+                np.testing.assert_array_equal(ids[:, 0], p.argmax(-1))
+                np.testing.assert_allclose(np.exp(lp), np.take_along_axis(p, ids.astype(np.int64), -1), rtol=1e-5)
+            else:
+                got = np.concatenate(rows["target"]).reshape(d.N, d.T, -1)[i, :L]
+                np.testing.assert_allclose(got.astype(np.float32), ref, atol=2e-2, rtol=1e-2)
+    # simulate runs on it (sparse: bounds; dense: exact)
+    from fastspec.simulate import simulate
+
+    sim = simulate(out, k=2, trials=20)
+    assert len(sim.results) == 2
+
+
+def test_dump_refuses_mismatched_tokenizer(model_dirs, tmp_path):
+    out = str(tmp_path / "d.npz")
+    res = _cli(["dump", "--target", model_dirs["target"], "--draft", f"bad={model_dirs['other']}",
+                "--prompts", model_dirs["prompts"], "--max-new-tokens", "4", "--out", out])
+    assert res.exit_code == 2
+    assert "tokenizer" in res.output and "Traceback" not in res.output
+    assert not os.path.exists(out)
+    with pytest.raises(ValueError, match="tokenizer"):
+        hf.resolve_models(model_dirs["target"], [f"bad={model_dirs['other']}"])
+
+
+def test_cli_bad_input_one_line(model_dirs, tmp_path):
+    base = ["--target", model_dirs["target"], "--prompts", model_dirs["prompts"], "--out", str(tmp_path / "x.npz")]
+    for extra, msg in [(["--draft", "exit9"], "exit depth"), (["--draft", "nope=/no/such/dir"], "no such file"),
+                       (["--draft", "exit1", "--max-new-tokens", "0"], "max-new-tokens"),
+                       (["--draft", "a__b=exit1"], "draft name")]:
+        res = _cli(["dump", *base, *extra])
+        assert res.exit_code == 2, (extra, res.output)
+        assert msg in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_read_prompts_jsonl_and_chat_template(model_dirs, tmp_path):
+    tok = hf.load_tokenizer(model_dirs["target"])
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps([{"role": "user", "content": "a b"}]) + "\n" + json.dumps({"prompt": "c d"}) + "\n")
+    plain = hf.read_prompts(str(f), tok)
+    assert len(plain) == 2
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if add_generation_prompt %}e{% endif %}"
+    chat = hf.read_prompts(str(f), tok)
+    assert chat[0] == tok("a b e", add_special_tokens=False)["input_ids"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        hf.read_prompts(str(bad), tok)
+
+
+def test_measure_cli_json(model_dirs):
+    res = _cli(["measure", "--target", model_dirs["target"], "--draft", "exit1", "--prompts", model_dirs["prompts"],
+                "--k", "1,2", "--max-new-tokens", "8", "--trials", "20", "--json", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.output)
+    assert [(r["draft"], r["k"]) for r in obj["results"]] == [("exit1", 1), ("exit1", 2)]
+    for r in obj["results"]:
+        m = r["measured"]
+        assert 1.0 <= m["mean_acceptance_length"] <= r["k"] + 1
+        assert m["ci95"][0] <= m["mean_acceptance_length"] <= m["ci95"][1]
+        assert r["predicted"]["mean_acceptance_length_exact"] is not None and r["relative_error"] is not None
+
+
+def test_ratio_ci():
+    est, se, half = hf.ratio_ci([3, 4, 5, 6], [2, 2, 2, 2])
+    assert est == pytest.approx(18 / 8)
+    assert se > 0 and half > se
+
+
+def test_dump_refuses_non_empty_directory(model_dirs, tmp_path):
+    (tmp_path / "keep.txt").write_text("not a dump")
+    res = _cli(["dump", "--target", model_dirs["target"], "--draft", "exit1", "--prompts", model_dirs["prompts"],
+                "--max-new-tokens", "2", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "not empty" in res.output
+    assert (tmp_path / "keep.txt").read_text() == "not a dump"
+
+
+def test_core_library_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, fastspec, fastspec.simulate, fastspec.io; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
