@@ -16,3 +16,4 @@ from .candidates import (TreeVerifyResult, candidate_acceptance, verify_tree_log
 from .acceptance import (acceptance_bounds, acceptance_rates, dump_acceptance, expected_speedup,  # noqa: F401
                          expected_tokens_closed_form, expected_tokens_per_step, optimal_k)
 from .io import load_dump, save_dump  # noqa: F401
+from .shards import ShardedDump, load_any  # noqa: F401  (dask itself is imported only when a client is used)

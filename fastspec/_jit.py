@@ -16,6 +16,7 @@ whole library changes together:
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 
@@ -36,6 +37,62 @@ def _ensure_cache_dir() -> None:
 
 
 _ensure_cache_dir()
+
+
+def source_fingerprint() -> str:
+    """Hash of every fastspec/*.py source: the stamp of every cached kernel (see below)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            h.update(name.encode())
+            with open(os.path.join(here, name), "rb") as fh:
+                h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def _install_source_stamp() -> None:
+    """Invalidate cached kernels whenever *any* fastspec source changes.
+
+    Numba stamps a cached function with the mtime and size of the file that defines it, but kernels
+    inline helpers from other modules (``_fastexp``, ``_process``): an edit there would leave stale
+    machine code in other files' caches.  For fastspec's own files the stamp becomes a hash of all
+    package sources.  Numba internals are used defensively: if they are not there, the default
+    per-file stamp stays in force.
+    """
+    try:
+        from numba.core import caching
+    except ImportError:  # pragma: no cover
+        return
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    classes = getattr(impl, "_locator_classes", None)
+    if impl is None or classes is None or any(getattr(c, "_fastspec", False) for c in classes):
+        return
+    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    stamp = ("fastspec-sources", source_fingerprint())
+
+    def wrap(parent):
+        class _FastspecLocator(parent):
+            _fastspec = True
+
+            @classmethod
+            def from_function(cls, py_func, py_file):
+                if not os.path.abspath(py_file).startswith(pkg):
+                    return None
+                return super().from_function(py_func, py_file)
+
+            def get_source_stamp(self):
+                return stamp
+
+        _FastspecLocator.__name__ = f"Fastspec{parent.__name__}"
+        return _FastspecLocator
+
+    ours = [wrap(c) for c in classes if c.__name__.lstrip("_") in ("UserProvidedCacheLocator", "InTreeCacheLocator",
+                                                                    "UserWideCacheLocator")]
+    impl._locator_classes = ours + list(classes)
+
+
+_install_source_stamp()
 
 
 def kernel(fn=None, **overrides):
