@@ -25,8 +25,12 @@ def test_readme_has_two_setup_commands():
 
 
 def test_ci_runs_exactly_the_readme_test_command():
-    script = ROOT / ".ci" / "run"
-    awk = re.search(r"cmd=\$\((awk .+?README\.md)\)", script.read_text())
-    assert awk, ".ci/run must extract the test command from README.md"
+    script = (ROOT / ".ci" / "run").read_text()
+    cmd = re.search(r'^cmd="(.+)"$', script, re.M)
+    assert cmd, ".ci/run must spell out the test command"
+    assert cmd.group(1) == _command_after("<!-- test-command -->")
+    # and .ci/run's own README extraction agrees (it refuses to run on a mismatch)
+    awk = re.search(r"readme=\$\((awk .+?README\.md)\)", script)
+    assert awk, ".ci/run must check its command against README.md"
     extracted = subprocess.run(["bash", "-c", awk.group(1)], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert extracted.stdout.strip() == _command_after("<!-- test-command -->")
+    assert extracted.stdout.strip() == cmd.group(1)

@@ -31,7 +31,7 @@ def sparse(tmp_path_factory):
     return shardutil.write(tmp_path_factory.mktemp("sparse"), shardutil.make_data(2, kind="sparse"))
 
 
-def _same(a, b):
+def _assert_same(a, b):
     assert a.keys() == b.keys()
     for n in a:
         assert np.array_equal(a[n].valid, b[n].valid)
@@ -62,15 +62,15 @@ def test_structure_matches_merged(dense):
 def test_alpha_bitwise_equal_dense(dense, flags):
     merged, sdir, _ = dense
     want = dump_acceptance(merged, **flags)
-    _same(ShardedDump(sdir).acceptance(**flags), want)
-    _same(dump_acceptance(ShardedDump(sdir), **flags), want)  # the generic chunk path agrees too
-    _same(ShardedDump(sdir).acceptance(max_bytes=3000, **flags), want)
+    _assert_same(ShardedDump(sdir).acceptance(**flags), want)
+    _assert_same(dump_acceptance(ShardedDump(sdir), **flags), want)  # the generic chunk path agrees too
+    _assert_same(ShardedDump(sdir).acceptance(max_bytes=3000, **flags), want)
 
 
 def test_alpha_bitwise_equal_sparse(sparse):
     merged, sdir, _ = sparse
-    _same(ShardedDump(sdir).acceptance(), dump_acceptance(merged))
-    _same(ShardedDump(sdir).acceptance(temperature=0.0, drafts=["far"]), dump_acceptance(merged, temperature=0.0,
+    _assert_same(ShardedDump(sdir).acceptance(), dump_acceptance(merged))
+    _assert_same(ShardedDump(sdir).acceptance(temperature=0.0, drafts=["far"]), dump_acceptance(merged, temperature=0.0,
                                                                                           drafts=["far"]))
 
 
@@ -136,7 +136,7 @@ def test_natural_order_and_ignored_entries(tmp_path):
     s = load_any(sdir)
     assert isinstance(s, ShardedDump)
     assert [os.path.basename(p) for p in s.shards] == names
-    _same(s.acceptance(), dump_acceptance(merged))
+    _assert_same(s.acceptance(), dump_acceptance(merged))
 
 
 def test_empty_directory(tmp_path):
@@ -148,7 +148,7 @@ def test_empty_directory(tmp_path):
 
 def test_explicit_list_of_paths(dense):
     merged, _, paths = dense
-    _same(ShardedDump(paths).acceptance(), dump_acceptance(merged))
+    _assert_same(ShardedDump(paths).acceptance(), dump_acceptance(merged))
     with pytest.raises(ValueError, match="at least one"):
         ShardedDump([])
 
