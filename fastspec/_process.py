@@ -301,6 +301,9 @@ def _first_bad(mask):
     return int(np.flatnonzero(mask)[0])
 
 
+_T_MIN = 1e-300  # a positive temperature below this makes 1/T overflow to inf (NaN weights): refused
+
+
 def validate_sampling_params(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
     """Validate sampling parameters, scalar or one per row; return 1-D arrays of length ``rows``.
 
@@ -308,7 +311,8 @@ def validate_sampling_params(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.
     Raises TypeError/ValueError naming the argument, the offending row and the fix.
     """
     if (type(temperature) in (float, int) and type(top_k) is int and type(top_p) in (float, int)
-            and type(min_p) in (float, int) and math.isfinite(temperature) and temperature >= 0 and top_k >= 0
+            and type(min_p) in (float, int) and math.isfinite(temperature) and (temperature == 0 or temperature >= _T_MIN)
+            and top_k >= 0
             and 0 < top_p <= 1 and 0 <= min_p < 1):  # common case: valid Python scalars (skips ~40 us of NumPy)
         return (np.full(rows, float(temperature)), np.full(rows, top_k, dtype=np.int64),
                 np.full(rows, float(top_p)), np.full(rows, float(min_p)))
@@ -320,6 +324,11 @@ def validate_sampling_params(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.
     if bad.any():
         i = _first_bad(bad)
         raise ValueError(f"temperature[{i}] = {t[i]!r} is invalid: use a finite value >= 0 (0 means greedy)")
+    bad = (t > 0) & (t < _T_MIN)
+    if bad.any():
+        i = _first_bad(bad)
+        raise ValueError(f"temperature[{i}] = {t[i]!r} is too small: 1/temperature overflows float64; use 0 for "
+                         f"greedy or a value >= {_T_MIN:g}")
     bad = k < 0
     if bad.any():
         i = _first_bad(bad)

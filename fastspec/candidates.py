@@ -85,14 +85,17 @@ def _tree_row(pt, pd, mode, toks, fc, ns, seed, out, path, stats, r):
         p = pt[node]
         child = fc[node]
         if child < 0:  # leaf: bonus token
+            total = 0.0
             for v in range(V):
                 r[v] = p[v]
-            out[depth] = _sample_weights(r, 1.0, uniform(seed, depth, PURPOSE_BONUS, 0))
+                total += p[v]
+            out[depth] = _sample_weights(r, total, uniform(seed, depth, PURPOSE_BONUS, 0))
             stats[0] = depth
             return
+        rem = 0.0  # draft mass not yet drawn (without replacement): the real row sum, not 1 - used
         for v in range(V):
             r[v] = p[v]
-        used = 0.0
+            rem += pd[node, v] if mode == 1 else 0.0
         s = 0
         accepted = -1
         while child >= 0:
@@ -100,7 +103,9 @@ def _tree_row(pt, pd, mode, toks, fc, ns, seed, out, path, stats, r):
             if mode == 2:
                 gx = 1.0
             else:
-                gx = pd[node, x] / (1.0 - used) if mode == 1 else pd[node, x]
+                # proposal probability of x: q(x) over the mass still undrawn, at most 1 (a point mass
+                # when rounding leaves no other mass)
+                gx = (min(1.0, pd[node, x] / rem) if rem > 0.0 else 1.0) if mode == 1 else pd[node, x]
             if uniform(seed, depth, PURPOSE_CANDIDATE, s) * gx <= r[x]:
                 accepted = child
                 break
@@ -111,7 +116,7 @@ def _tree_row(pt, pd, mode, toks, fc, ns, seed, out, path, stats, r):
                 for v in range(V):
                     total += r[v]
             else:
-                scale = 1.0 / (1.0 - used) if mode == 1 else 1.0
+                scale = (1.0 / rem if rem > 0.0 else 0.0) if mode == 1 else 1.0
                 for v in range(V):
                     d = r[v] - pd[node, v] * scale
                     d = d if d > 0.0 else 0.0
@@ -127,7 +132,7 @@ def _tree_row(pt, pd, mode, toks, fc, ns, seed, out, path, stats, r):
                 for v in range(V):
                     r[v] *= inv
             if mode == 1:
-                used += pd[node, x]
+                rem -= pd[node, x]
             child = ns[child]
             s += 1
         if accepted < 0:

@@ -75,11 +75,13 @@ class VerifyResult:
     num_accepted: np.ndarray
     num_emitted: np.ndarray
     residual_underflows: np.ndarray
+    num_draft: np.ndarray | None = None  # int64 [B]: drafts each row had (num_draft argument, default K)
 
     @property
     def bonus(self) -> np.ndarray:
         """bool [B]: True where every draft was accepted and the last token is a bonus token."""
-        return self.num_accepted == np.count_nonzero(self.tokens >= 0, axis=1) - 1
+        nd = self.num_draft if self.num_draft is not None else np.full(len(self.num_accepted), self.tokens.shape[1] - 1)
+        return self.num_accepted == nd
 
 
 # --------------------------------------------------------------------------- element weights
@@ -783,7 +785,8 @@ def _finish(out, stats, nd, what):
                          "a drafted token must have been sampled from the draft distribution "
                          "(pass draft_logits=None for deterministic proposers)")
     acc = stats[:, 0].copy()
-    return VerifyResult(tokens=out, num_accepted=acc, num_emitted=acc + 1, residual_underflows=stats[:, 1].copy())
+    return VerifyResult(tokens=out, num_accepted=acc, num_emitted=acc + 1, residual_underflows=stats[:, 1].copy(),
+                        num_draft=np.asarray(nd, dtype=np.int64).copy())
 
 
 def _check_draft_inf(xd, toks, nd, t, has_draft):
