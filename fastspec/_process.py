@@ -312,7 +312,7 @@ def validate_sampling_params(rows, temperature=1.0, top_k=0, top_p=1.0, min_p=0.
     """
     if (type(temperature) in (float, int) and type(top_k) is int and type(top_p) in (float, int)
             and type(min_p) in (float, int) and math.isfinite(temperature) and (temperature == 0 or temperature >= _T_MIN)
-            and top_k >= 0
+            and 0 <= top_k < 2 ** 63
             and 0 < top_p <= 1 and 0 <= min_p < 1):  # common case: valid Python scalars (skips ~40 us of NumPy)
         return (np.full(rows, float(temperature)), np.full(rows, top_k, dtype=np.int64),
                 np.full(rows, float(top_p)), np.full(rows, float(min_p)))

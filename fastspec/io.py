@@ -115,10 +115,15 @@ class _MapSource(_Source):
         return np.ascontiguousarray(self._map())
 
     def read_rows(self, r0, r1, width):
+        if self.fortran:  # column-major: one C-order copy (<= 1 GiB, checked), reused for every chunk
+            if getattr(self, "_c_order", None) is None:
+                self._c_order = np.ascontiguousarray(self._map()).reshape(-1, width)
+            return self._c_order[r0:r1]
         return np.asarray(self._map()).reshape(-1, width)[r0:r1]
 
     def close(self):
         self._mm = None
+        self._c_order = None
 
 
 class _StreamSource(_Source):
@@ -155,6 +160,10 @@ class _StreamSource(_Source):
         return np.frombuffer(buf, dtype=self.dtype).reshape(self.shape, order="F" if self.fortran else "C").copy()
 
     def read_rows(self, r0, r1, width):
+        if self.fortran:  # a column-major stream cannot be cut into rows: read it whole once (<= 1 GiB, checked)
+            if getattr(self, "_c_order", None) is None:
+                self._c_order = np.ascontiguousarray(self.read_all()).reshape(-1, width)
+            return self._c_order[r0:r1]
         if self._fh is None or r0 < self._pos:
             self._open()
         if r0 > self._pos:  # skip forward
@@ -164,6 +173,7 @@ class _StreamSource(_Source):
         return np.frombuffer(buf, dtype=self.dtype).reshape(r1 - r0, width)
 
     def close(self):
+        self._c_order = None
         if self._fh is not None:
             self._fh.close()
             self._fh = None
@@ -422,8 +432,8 @@ class Dump:
                 val = int(val)
             else:
                 val = float(val)
-            ok = {"temperature": val >= 0, "top_k": val >= 0, "top_p": 0 < val <= 1, "min_p": 0 <= val < 1,
-                  "vocab_size": val >= 1}[name]
+            ok = {"temperature": val >= 0, "top_k": 0 <= val < 2 ** 63, "top_p": 0 < val <= 1, "min_p": 0 <= val < 1,
+                  "vocab_size": 1 <= val < 2 ** 63}[name]
             if not ok:
                 raise _err(f, f"array {name!r}: value {val} out of range")
             meta[name] = val

@@ -240,12 +240,18 @@ def _t_quantile_975(df: int) -> float:
     return z + g1 / df + g2 / df ** 2 + g3 / df ** 3
 
 
-def batch_means_ci(numerators: np.ndarray, denominators: np.ndarray) -> tuple[float, float, float]:
-    """(estimate, standard error, ci95 half-width) of sum(num)/sum(den) from independent batches."""
+def batch_means_ci(numerators: np.ndarray, denominators: np.ndarray, *, empty: float = float("nan")
+                   ) -> tuple[float, float, float]:
+    """(estimate, standard error, ci95 half-width) of sum(num)/sum(den) from independent batches.
+
+    ``empty`` is the estimate when every denominator is 0 (e.g. 1 token per step when nothing was drafted);
+    it is then exact (standard error 0)."""
     num = np.asarray(numerators, dtype=np.float64)
     den = np.asarray(denominators, dtype=np.float64)
     total = den.sum()
-    est = num.sum() / total if total > 0 else float("nan")
+    if not total > 0:
+        return float(empty), 0.0, 0.0
+    est = num.sum() / total
     ok = den > 0
     nb = int(ok.sum())
     if nb < 2:
@@ -349,24 +355,38 @@ def _sampling_warnings(md: Mapping, t, top_k, top_p, min_p) -> list[str]:
     if diff:
         out.append("the requested sampling config differs from the one the dump's trajectories were sampled with: "
                    + ", ".join(diff) + ". The recorded contexts then do not follow the serving distribution; on a "
-                   "real pair (SmolLM2-135M-Instruct, 4-bit draft) replaying T=1 trajectories at T=0.7 "
-                   "under-predicted a real speculative loop by up to 8%, and at greedy by up to 13%")
+                   "real pair (SmolLM2-135M-Instruct, 4-bit draft) replaying T=1 trajectories at T=0.7 was "
+                   "reported to under-predict a real speculative loop by up to 8%, and at greedy by up to 13% "
+                   "(a measurement quoted in fastspec's issue #5, not reproduced in this repository)")
     return out
 
 
 # ----------------------------------------------------------------------------------------- replays
 
-def _bernoulli(alpha, lengths, row_ids, k, trials, batches, seed):
+def _bernoulli(alpha, lengths, row_ids, k, trials, batches, seed, *, max_bytes=32 << 20):
+    """Bernoulli replay in blocks of rows, so scratch counters stay under ``max_bytes`` whatever N and k.
+    Blocks do not change results: every uniform is keyed by the row's global id."""
     N = alpha.shape[0]
-    z2 = lambda: np.zeros((N, batches), np.int64)  # noqa: E731
-    tokens, steps, drafted, accepted = z2(), z2(), z2(), z2()
-    hist = np.zeros((N, batches, k + 1), np.int64)
-    pos_d = np.zeros((N, batches, k), np.int64)
-    pos_a = np.zeros((N, batches, k), np.int64)
-    bernoulli_replay(np.ascontiguousarray(alpha, dtype=np.float64), lengths, row_ids, k, trials, batches,
-                     int(seed), tokens, steps, drafted, accepted, hist, pos_d, pos_a)
-    return dict(tokens=tokens.sum(0), steps=steps.sum(0), drafted=drafted.sum(0), accepted=accepted.sum(0),
-                hist=hist.sum((0, 1)), pos_accepted=pos_a.sum((0, 1)), judged=None, judged_alpha=None)
+    alpha = np.ascontiguousarray(alpha, dtype=np.float64)
+    rows = int(max(1, min(N, max_bytes // (8 * batches * (2 * k + 1) + 1))))
+    out = {key: np.zeros(batches, np.int64) for key in ("tokens", "steps", "drafted", "accepted")}
+    hist_tot = np.zeros(k + 1, np.int64)
+    pos_tot = np.zeros(k, np.int64)
+    for s in range(0, N, rows):
+        e = min(N, s + rows)
+        R = e - s
+        z2 = lambda: np.zeros((R, batches), np.int64)  # noqa: E731
+        tokens, steps, drafted, accepted = z2(), z2(), z2(), z2()
+        hist = np.zeros((R, batches, k + 1), np.int64)
+        pos_d = np.zeros((R, batches, k), np.int64)
+        pos_a = np.zeros((R, batches, k), np.int64)
+        bernoulli_replay(alpha[s:e], lengths[s:e], row_ids[s:e], k, trials, batches, int(seed), tokens, steps,
+                         drafted, accepted, hist, pos_d, pos_a)
+        for key, arr in (("tokens", tokens), ("steps", steps), ("drafted", drafted), ("accepted", accepted)):
+            out[key] += arr.sum(0)
+        hist_tot += hist.sum((0, 1))
+        pos_tot += pos_a.sum((0, 1))
+    return dict(**out, hist=hist_tot, pos_accepted=pos_tot, judged=None, judged_alpha=None)
 
 
 def _sample_draft_tokens(draft_rows, u, temperature, top_k, top_p, min_p):
@@ -512,10 +532,12 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
         raise ValueError(f"mode {mode!r} is unknown; choose one of: {', '.join(MODES)}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer, got {seed!r}")
+    if not -(2 ** 63) <= int(seed) < 2 ** 63:
+        raise ValueError(f"seed = {seed} does not fit in 64 bits; use an integer in [-2**63, 2**63)")
     if trials is None:
         trials = 200 if mode == "bernoulli" else 4
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 2:
-        raise ValueError(f"trials = {trials!r} is invalid: give an integer >= 2 (replays per sequence)")
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or not 2 <= trials <= 10 ** 7:
+        raise ValueError(f"trials = {trials!r} is invalid: give an integer from 2 to 10**7 (replays per sequence)")
     if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) or batches < 2:
         raise ValueError(f"batches = {batches!r} must be an integer >= 2")
     batches = int(min(batches, trials))
@@ -635,11 +657,14 @@ def _one(d, name, acc, k, lengths, row_ids, mode, trials, batches, seed, cost, p
             progress(1)
     else:
         mc = _token_replay(d, name, alpha, k, trials, batches, seed, params, progress)
-    est, se, half = batch_means_ci(mc["tokens"], mc["steps"])
+    est, se, half = batch_means_ci(mc["tokens"], mc["steps"], empty=1.0)
     total_steps = int(mc["steps"].sum())
     total_drafted = int(mc["drafted"].sum())
-    z = (est - ex.mean_acceptance_length) / se if se > 0 and math.isfinite(se) else (
-        0.0 if est == ex.mean_acceptance_length else math.inf)
+    diff = est - ex.mean_acceptance_length
+    if abs(diff) <= 1e-9 * max(1.0, abs(ex.mean_acceptance_length)):
+        z = 0.0  # equal up to rounding (e.g. greedy: every batch identical, standard error ~1e-16)
+    else:
+        z = diff / se if se > 0 and math.isfinite(se) else math.inf
     a_mean = float(alpha[valid].mean())
     res = DraftKResult(
         draft=name, k=k, alpha=a_mean, mean_acceptance_length=float(est),
@@ -790,7 +815,7 @@ def _variant_row(d, name, acc, k, verify, w, sampling, lengths, row_ids, trials,
     bt = _block_trials(block_trials, batches)
     nb = min(batches, bt)
     mc = _token_replay(d, name, acc.alpha, k, bt, nb, seed, params, progress, method="block")
-    est, se, half = batch_means_ci(mc["tokens"], mc["steps"])
+    est, se, half = batch_means_ci(mc["tokens"], mc["steps"], empty=1.0)
     steps = int(mc["steps"].sum())
     drafted = int(mc["drafted"].sum())
     res = DraftKResult(

@@ -54,3 +54,76 @@ def test_without_replacement_point_mass_after_rounding():
     freq = _tree_counts(p, q, [0, 0, 1], [-1, 0, 0], 20000)
     # 20000 draws of a fair coin: sd 0.0035; 6 sd bound
     assert abs(freq[0] - 0.5) < 0.021 and abs(freq[1] - 0.5) < 0.021
+
+
+# ------------------------------------------------------------------ simulator / loader review findings
+
+def _dump(path, tl, dl, **kw):
+    return fastspec.save_dump(str(path), tl, {"d": dl}, temperature=1.0, **kw)
+
+
+def test_greedy_simulation_does_not_report_false_disagreement(tmp_path):
+    from fastspec.simulate import simulate
+
+    rng = np.random.default_rng(0)
+    tl = rng.normal(0, 2, (6, 40, 8))
+    dl = tl + rng.normal(0, 1.5, tl.shape)
+    r = simulate(_dump(tmp_path / "g.npz", tl, dl), k=range(1, 9), temperature=0.0, trials=40)
+    assert r.disagreements == []
+    for row in r.results:
+        assert row.mean_acceptance_length == pytest.approx(row.mean_acceptance_length_exact, rel=1e-9)
+
+
+def test_nothing_drafted_gives_one_token_per_step(tmp_path):
+    from fastspec.simulate import simulate
+
+    rng = np.random.default_rng(1)
+    tl = rng.normal(0, 1, (3, 4, 5))
+    r = simulate(_dump(tmp_path / "l1.npz", tl, tl + 0.1, lengths=np.ones(3, dtype=np.int64)), k=2, trials=4)
+    row = r.results[0]
+    assert row.mean_acceptance_length == 1.0 and row.ci95 == (1.0, 1.0) and row.mc_agrees_with_exact
+    assert row.mean_acceptance_length_exact == 1.0
+
+
+def test_fortran_ordered_members_are_read_correctly(tmp_path):
+    from fastspec.acceptance import dump_acceptance
+
+    rng = np.random.default_rng(2)
+    tl = rng.normal(0, 2, (3, 7, 11))
+    dl = tl + rng.normal(0, 1, tl.shape)
+    want = fastspec.acceptance_rates(tl, dl)
+    for saver, name in ((np.savez_compressed, "fz.npz"), (np.savez, "fs.npz")):
+        path = str(tmp_path / name)
+        saver(path, target_logits=np.asfortranarray(tl), draft_logits=np.asfortranarray(dl))
+        got = dump_acceptance(path, max_bytes=3 * 11 * 8)["draft"].alpha
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_huge_integers_are_bad_input_not_crashes(tmp_path):
+    from fastspec.simulate import simulate
+
+    rng = np.random.default_rng(3)
+    tl = rng.normal(0, 1, (2, 5, 4))
+    path = _dump(tmp_path / "h.npz", tl, tl + 0.2)
+    with pytest.raises((ValueError, TypeError)):
+        simulate(path, k=1, top_k=10 ** 20, trials=4)
+    with pytest.raises(ValueError, match="64 bits"):
+        simulate(path, k=1, seed=10 ** 20, trials=4)
+    with pytest.raises(ValueError, match="trials"):
+        simulate(path, k=1, trials=3 * 10 ** 12)
+    np.savez(str(tmp_path / "m.npz"), target_logits=tl, draft_logits=tl, top_k=np.array(1e20))
+    with pytest.raises(ValueError, match="top_k"):
+        fastspec.load_dump(str(tmp_path / "m.npz"))
+
+
+def test_bernoulli_blocks_do_not_change_results():
+    from fastspec.simulate import _bernoulli
+
+    rng = np.random.default_rng(4)
+    alpha = rng.random((37, 30))
+    lengths = rng.integers(1, 31, 37).astype(np.int64)
+    ids = np.arange(37, dtype=np.int64)
+    whole = _bernoulli(alpha, lengths, ids, 5, 20, 10, 7)
+    small = _bernoulli(alpha, lengths, ids, 5, 20, 10, 7, max_bytes=1)  # one row per block
+    for key in ("tokens", "steps", "drafted", "accepted", "hist", "pos_accepted"):
+        np.testing.assert_array_equal(whole[key], small[key])
