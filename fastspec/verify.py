@@ -869,11 +869,7 @@ def verify_logits(target_logits, draft_logits, draft_tokens, *, num_draft=None, 
                 validate_logits("draft_logits", draft_logits, ndim=3)
             raise ValueError("logits must be finite or -inf (masked), with a finite value in every row")
         return _finish(out, stats, nd, "draft logits")
-    if B == 1:  # no parallel region for a single row (avoids thread wake-up and spin contention)
-        _verify_logits_one(xt, xd, has_draft, toks, nd, t, k, p, mp, seeds, out, stats, 0)
-    elif B:
-        _verify_logits_kernel(xt, xd, has_draft, toks, nd, t, k, p, mp, seeds, out, stats)
-    return _finish(out, stats, nd, "draft logits")
+    raise AssertionError(f"unreachable: method {method!r} passed _check_method")  # pragma: no cover
 
 
 def _validate_probs(name, a, ndim):
