@@ -567,35 +567,8 @@ def sequence_distribution(target: Model, draft: Model, k: int, length: int, *, p
     ``length`` tokens.  ``method="block"`` uses block verification for every step
     (trees: :func:`verification_sequence_distribution`).
     """
-    if method != "token":
-        return verification_sequence_distribution(target, draft, k, length, method=method, prefix=prefix,
-                                                  policy=policy, **policy_params)
-    k = _check_k(k)
-    length = _check_k(length, "length")
-    if isinstance(policy, str):
-        policy = get_policy(policy, **policy_params)
-    t, d = _models(target, draft)
-    prefix = tuple(prefix)
-    blocks: dict[tuple, dict] = {}
-    final: dict[tuple, Fraction] = defaultdict(Fraction)
-    expected_steps = ZERO
-    frontier = [((), ONE)] if length > 0 else []
-    if length == 0:
-        final[()] = ONE
-    while frontier:
-        gen, pr = frontier.pop()
-        expected_steps += pr
-        ctx = prefix + gen
-        if ctx not in blocks:
-            blocks[ctx] = _block(t, d, k, ctx, policy)[0]
-        for y, py in blocks[ctx].items():
-            new = gen + y
-            if len(new) >= length:
-                final[new[:length]] += pr * py
-            else:
-                frontier.append((new, pr * py))
-    own = target_sequence_distribution(t, length, prefix)
-    return SequenceDistribution(k, length, policy.name, dict(final), own, _tv_mappings(final, own), expected_steps)
+    return verification_sequence_distribution(target, draft, k, length, method=method, prefix=prefix,
+                                              policy=policy, **policy_params)
 
 
 # --------------------------------------------------------------------------- block verification

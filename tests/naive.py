@@ -92,3 +92,51 @@ def sample_inverse_cdf(w, u):
     while w[j] == 0:
         j -= 1
     return j
+
+
+# --------------------------------------------------------------------------- shared test helpers
+
+
+def dist_from_weights(w):
+    """Exact distribution (tuple of Fractions) proportional to integer weights ``w``."""
+    from fractions import Fraction
+
+    total = sum(w)
+    return tuple(Fraction(x, total) for x in w)
+
+
+def random_model(seed, vocab, zero_prob=0.3):
+    """A context-dependent distribution prefix -> p over ``vocab`` tokens, with exact zeros sometimes."""
+    import random
+
+    cache = {}
+
+    def model(prefix):
+        if prefix not in cache:
+            r = random.Random(f"{seed}:{prefix}")
+            w = [0 if r.random() < zero_prob else r.randint(1, 9) for _ in range(vocab)]
+            if sum(w) == 0:
+                w[r.randrange(vocab)] = 1
+            cache[prefix] = dist_from_weights(w)
+        return cache[prefix]
+
+    return model
+
+
+def chi2_fits(counts, expected, n_tests):
+    """Calibrated goodness of fit: False with probability < 1e-6 / n_tests for a correct sampler.
+
+    ``counts`` and ``expected`` map outcomes to observed counts and exact probabilities; an outcome of
+    probability 0 that was observed fails an assertion outright.
+    """
+    from scipy import stats
+
+    keys = sorted(set(counts) | set(expected))
+    for key in keys:
+        if expected.get(key, 0) == 0:
+            assert counts.get(key, 0) == 0, f"emitted {key}, which has probability 0"
+    keys = [key for key in keys if expected.get(key, 0) > 0]
+    n = sum(counts.values())
+    c = np.array([counts.get(key, 0) for key in keys], float)
+    e = np.array([float(expected[key]) for key in keys]) * n
+    return ((c - e) ** 2 / e).sum() <= stats.chi2.isf(1e-6 / n_tests, len(keys) - 1)

@@ -1,7 +1,6 @@
 """The exact (Fraction) path: one position, policies, blocks and sequences."""
 from __future__ import annotations
 
-import random
 from fractions import Fraction as F
 
 import pytest
@@ -9,13 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastspec import exact as E
+from naive import dist_from_weights, random_model
 
 
 # ----------------------------------------------------------------- strategies / helpers
-
-def _dist_from_weights(w):
-    total = sum(w)
-    return tuple(F(x, total) for x in w)
 
 
 def weights(min_size=1, max_size=50):
@@ -25,25 +21,9 @@ def weights(min_size=1, max_size=50):
 @st.composite
 def pq_pairs(draw, max_vocab=50):
     v = draw(st.integers(1, max_vocab))
-    p = _dist_from_weights(draw(weights(v, v)))
-    q = _dist_from_weights(draw(weights(v, v)))
+    p = dist_from_weights(draw(weights(v, v)))
+    q = dist_from_weights(draw(weights(v, v)))
     return p, q
-
-
-def random_model(seed: int, vocab: int, zero_prob: float = 0.3):
-    """A context-dependent distribution prefix -> p over `vocab` tokens, with exact zeros sometimes."""
-    cache = {}
-
-    def model(prefix):
-        if prefix not in cache:
-            r = random.Random(f"{seed}:{prefix}")
-            w = [0 if r.random() < zero_prob else r.randint(1, 9) for _ in range(vocab)]
-            if sum(w) == 0:
-                w[r.randrange(vocab)] = 1
-            cache[prefix] = _dist_from_weights(w)
-        return cache[prefix]
-
-    return model
 
 
 WORKED_P = (F(1, 2), F(3, 10), F(1, 5))

@@ -1,7 +1,6 @@
 """The exact (Fraction) path for block verification, multi-candidate verification and token trees."""
 from __future__ import annotations
 
-import random
 from fractions import Fraction as F
 
 import pytest
@@ -9,26 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastspec import exact as E
-
-
-def _dist(w):
-    total = sum(w)
-    return tuple(F(x, total) for x in w)
-
-
-def random_model(seed, vocab, zero_prob=0.3):
-    cache = {}
-
-    def model(prefix):
-        if prefix not in cache:
-            r = random.Random(f"{seed}:{prefix}")
-            w = [0 if r.random() < zero_prob else r.randint(1, 9) for _ in range(vocab)]
-            if sum(w) == 0:
-                w[r.randrange(vocab)] = 1
-            cache[prefix] = _dist(w)
-        return cache[prefix]
-
-    return model
+from naive import dist_from_weights, random_model
 
 
 def const(d):
@@ -137,7 +117,7 @@ pq = st.integers(1, 5).flatmap(lambda v: st.tuples(
 @settings(max_examples=60, deadline=None)
 @given(pq, st.integers(1, 3), st.sampled_from(E.CANDIDATE_SAMPLING))
 def test_candidates_are_exact(pqw, w, sampling):
-    p, q = _dist(pqw[0]), _dist(pqw[1])
+    p, q = dist_from_weights(pqw[0]), dist_from_weights(pqw[1])
     c = E.candidate_step(p, q, w, sampling=sampling)
     assert c.output == p and c.exact
     assert c.acceptance >= E.candidate_step(p, q, 1, sampling=sampling).acceptance
