@@ -1,0 +1,151 @@
+"""Acceptance-rate kernels: dense ``alpha = sum_v min(p, q)`` per row pair, and the sparse top-k bounds.
+
+Dense rows (float16 as uint16 bits, float32, float64) are processed with the same primitives as
+verification: the max pass (also the validity check), the cutoff of top-k/top-p/min-p, the stored weights
+with fixed-order block sums, then a fixed-order sum of ``min(ep/zp, eq/zq)`` over the stored weights (no
+exponential).  The formulas of the sparse bounds are derived in :mod:`fastspec.acceptance`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._numba.jit import parallel_kernel, kernel, prange
+from .._numba.lanes import lane_sum
+from ..config import BLOCK
+from .rows import ROW_OK, argmax_of, row_max, status
+from .sample import block_count, row_weights
+from .process import row_cutoff
+
+
+@kernel
+def _min_sum(ep, eq, izp, izq, tmp):
+    """sum_v min(ep[v] izp, eq[v] izq) in a fixed order (block by block through tmp [BLOCK])."""
+    n = ep.shape[0]
+    total = 0.0
+    for lo in range(0, n, BLOCK):
+        hi = min(n, lo + BLOCK)
+        ps = ep[lo:hi]
+        qs = eq[lo:hi]
+        for v in range(hi - lo):
+            tmp[v] = min(ps[v] * izp, qs[v] * izq)
+        total += lane_sum(tmp, 0, hi - lo)
+    return total
+
+
+@kernel
+def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, tmp):
+    """(alpha, status) of one row pair; status 0 ok, 1-3 target row NaN/+inf/no finite value, 4-6 draft row."""
+    mp = row_max(x)
+    sp = status(mp)
+    if sp != ROW_OK:
+        return 0.0, sp
+    mq = row_max(y)
+    sq = status(mq)
+    if sq != ROW_OK:
+        return 0.0, 3 + sq
+    if temp == 0.0:
+        return (1.0 if argmax_of(x, mp) == argmax_of(y, mq) else 0.0), 0
+    none = x[0:0]
+    itp, thrp = row_cutoff(x, mp, temp, top_k, top_p, min_p, eq)  # eq: selection scratch before its weights
+    zp, _ = row_weights(x, mp, itp, thrp, ep, bsum, none)
+    itq, thrq = row_cutoff(y, mq, temp, top_k, top_p, min_p, eq)
+    zq, _ = row_weights(y, mq, itq, thrq, eq, bsum, none)
+    return min(_min_sum(ep, eq, 1.0 / zp, 1.0 / zq, tmp), 1.0), 0
+
+
+@parallel_kernel
+def alpha_rows(P, Q, params, valid, nthreads, out, status_out):
+    """alpha per row of P, Q [R, V] (rows where ``valid`` is False get 0): thread c takes a contiguous range
+    of rows with its own work arrays."""
+    temp, top_k, top_p, min_p = params
+    R, V = P.shape
+    nth = min(nthreads, max(R, 1))
+    nb = block_count(V)
+    for c in prange(nth):
+        ep = np.empty(V)
+        eq = np.empty(V)
+        bsum = np.empty(nb)
+        tmp = np.empty(BLOCK)
+        for r in range(c * R // nth, (c + 1) * R // nth):
+            out[r] = 0.0
+            status_out[r] = 0
+            if valid[r]:
+                out[r], status_out[r] = alpha_row(P[r], Q[r], temp[r], top_k[r], top_p[r], min_p[r], ep, eq,
+                                                  bsum, tmp)
+
+
+@kernel
+def _top1(ids, lps, r):
+    """Index of the largest log-probability of row r, lowest id on ties."""
+    best = 0
+    for j in range(ids.shape[1]):
+        if lps[r, j] > lps[r, best] or (lps[r, j] == lps[r, best] and ids[r, j] < ids[r, best]):
+            best = j
+    return best
+
+
+@parallel_kernel
+def bounds_rows(ti, tl, op, di, dl, oq, valid, greedy, lo, hi):
+    """[lower, upper] of alpha per row from sparse top-k lists (ids int64, logprobs float64); op / oq: the order
+    that sorts each row's ids (merge walk over the two lists)."""
+    R = ti.shape[0]
+    kp = ti.shape[1]
+    kq = di.shape[1]
+    for r in prange(R):
+        lo[r] = 0.0
+        hi[r] = 0.0
+        if not valid[r]:
+            continue
+        if greedy:
+            a = 1.0 if ti[r, _top1(ti, tl, r)] == di[r, _top1(di, dl, r)] else 0.0
+            lo[r] = a
+            hi[r] = a
+            continue
+        sp = 0.0
+        pmin = 1.0
+        for j in range(kp):
+            v = math.exp(tl[r, j])
+            sp += v
+            pmin = min(pmin, v)
+        sq = 0.0
+        qmin = 1.0
+        for j in range(kq):
+            v = math.exp(dl[r, j])
+            sq += v
+            qmin = min(qmin, v)
+        rp = max(0.0, 1.0 - sp)
+        rq = max(0.0, 1.0 - sq)
+        A = 0.0
+        Ad = 0.0
+        b = 0.0
+        bx = 0.0
+        c = 0.0
+        cx = 0.0
+        i = 0
+        j = 0
+        while i < kp or j < kq:
+            if j >= kq or (i < kp and ti[r, op[r, i]] < di[r, oq[r, j]]):
+                pv = math.exp(tl[r, op[r, i]])
+                b += min(pv, qmin)
+                bx += max(pv - qmin, 0.0)
+                i += 1
+            elif i >= kp or di[r, oq[r, j]] < ti[r, op[r, i]]:
+                qv = math.exp(dl[r, oq[r, j]])
+                c += min(qv, pmin)
+                cx += max(qv - pmin, 0.0)
+                j += 1
+            else:
+                pv = math.exp(tl[r, op[r, i]])
+                qv = math.exp(dl[r, oq[r, j]])
+                A += min(pv, qv)
+                Ad += abs(pv - qv)
+                i += 1
+                j += 1
+        u = min(min(b, rq) + rp, min(c, rp) + rq)
+        u = min(u, b + c + min(rp, rq))
+        u = min(u, 1.0 - A - 0.5 * (Ad + bx + cx))
+        L = min(A, 1.0)
+        lo[r] = L
+        hi[r] = min(max(A + max(u, 0.0), L), 1.0)

@@ -1,0 +1,238 @@
+"""Block verification kernels (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh; arXiv 2403.10444).
+
+For a row with drafts x_1..x_n and processed target / draft distributions p_i, q_i at drafted position i:
+
+    w_0 = 1,   w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1),
+    Z_{i+1} = sum_v max(w_i p_{i+1}(v) - q_{i+1}(v), 0),   h_i = Z_{i+1} / (Z_{i+1} + 1 - w_i)  (i < n; 1 if 0/0),
+    h_n = w_n,   eta_i ~ Bernoulli(h_i) (:func:`~fastspec._numba.rng.block_uniform`),   tau = max{i : eta_i = 1}.
+
+The row emits x_1..x_tau, then a token from ``max(w_tau p_{tau+1} - q_{tau+1}, 0)`` when tau < n, else a bonus
+token from ``p_{n+1}``.  Positions are numbered from 0 in the code (position i holds draft x_{i+1}).  The
+residual of every position is kept as block sums (``rsum``) with the row's processing parameters (``prm``), so
+the residual token of the chosen tau needs the weights of one vocabulary block only.  The exact reference is
+:func:`fastspec.exact.block_verification_distribution`; the public entry is ``verify_logits(method="block")``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._numba.jit import kernel, parallel_kernel, prange
+from .._numba.rng import block_uniform, bonus_uniform, residual_uniform
+from ..config import BLOCK
+from .rows import ROW_OK, argmax_of, row_max, status
+from .sample import NO_EXCLUDED, block_count, block_sums, block_weights, pick_block, row_weights, sample, scan_block
+from .process import row_cutoff
+from .token import ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, TARGET_ROWS, UNDERFLOWS, _validate_rest
+
+# columns of prm [K+1, N_PRM]: the processing of position i's target and draft rows, and the residual's scales
+P_MAX, P_INV_T, P_THR, Q_MAX, Q_INV_T, Q_THR, RES_A, RES_B = range(8)
+N_PRM = 8
+
+
+@kernel
+def _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u):
+    """The residual token of position tau from its stored block sums: one block's weights recomputed."""
+    j, rem = pick_block(rsum[tau], u)
+    if j < 0:
+        return -1
+    lo = j * BLOCK
+    hi = min(xt.shape[1], lo + BLOCK)
+    block_weights(xt[tau], prm[tau, P_MAX], prm[tau, P_INV_T], prm[tau, P_THR], lo, hi, tp)
+    if has_draft:
+        block_weights(xd[tau], prm[tau, Q_MAX], prm[tau, Q_INV_T], prm[tau, Q_THR], lo, hi, tq)
+        excl = NO_EXCLUDED
+    else:
+        excl = toks[tau] - lo
+    v = scan_block(tp[:hi - lo], tq[:hi - lo] if has_draft else tp[:hi - lo], prm[tau, RES_A], prm[tau, RES_B],
+                   excl, rem)
+    return lo + v if v >= 0 else -1
+
+
+@kernel
+def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, seed, out, stats, rsum, prm,
+                     ep, eq, zpb, zqb, tp, tq):
+    """Block-verify one row from logits (arrays as in :func:`fastspec._kernels.token.verify_row_logits`).
+    rsum [max(K, 1), nb], prm [K+1, N_PRM], ep, eq [V], zpb, zqb [nb], tp, tq [BLOCK]: work arrays."""
+    V = xt.shape[1]
+    none = xt[0, 0:0]
+    if temp == 0.0:  # greedy: block verification equals token verification
+        for i in range(nd + 1):
+            m = row_max(xt[i])
+            if status(m) != ROW_OK:
+                stats[BAD_VALUES] = TARGET_ROWS
+                return
+            amax = argmax_of(xt[i], m)
+            out[i] = amax
+            if i == nd or toks[i] != amax:
+                stats[ACCEPTED] = i
+                _validate_rest(xt, xd, has_draft, toks, nd, i + 1, 0, np.nan, temp, top_k, top_p, min_p, eq,
+                               stats)
+                return
+        return
+    w = 1.0
+    tau = 0
+    last = nd  # positions 0..last-1 have stored residuals
+    for i in range(nd):
+        x = xt[i]
+        tok = toks[i]
+        mp = row_max(x)
+        if status(mp) != ROW_OK:
+            stats[BAD_VALUES] = TARGET_ROWS
+            return
+        itp, thrp = row_cutoff(x, mp, temp, top_k, top_p, min_p, eq)
+        zp, _ = row_weights(x, mp, itp, thrp, ep, zpb, none)
+        if has_draft:
+            y = xd[i]
+            mq = row_max(y)
+            if status(mq) != ROW_OK:
+                stats[BAD_VALUES] = DRAFT_ROWS
+                return
+            itq, thrq = row_cutoff(y, mq, temp, top_k, top_p, min_p, eq)
+            zq, _ = row_weights(y, mq, itq, thrq, eq, zqb, none)
+            excl = NO_EXCLUDED
+        else:
+            mq, itq, thrq, zq = 0.0, 0.0, 0.0, 1.0
+            excl = tok
+        a = w / zp
+        b = 1.0 / zq if has_draft else 0.0
+        prm[i, P_MAX], prm[i, P_INV_T], prm[i, P_THR] = mp, itp, thrp
+        prm[i, Q_MAX], prm[i, Q_INV_T], prm[i, Q_THR] = mq, itq, thrq
+        prm[i, RES_A], prm[i, RES_B] = a, b
+        block_sums(ep, eq if has_draft else ep, a, b, excl, rsum[i], tp, 0, rsum.shape[1])
+        z = 0.0
+        for j in range(rsum.shape[1]):
+            z += rsum[i, j]
+        if i > 0:  # h_{i-1} from Z_i computed at this position
+            den = z + 1.0 - w
+            if not den > 0.0 or block_uniform(seed, i) * den <= z:
+                tau = i
+        px = ep[tok] / zp
+        if has_draft:
+            qx = eq[tok] / zq
+            if not qx > 0.0:
+                stats[BAD_DRAFT] = i + 1
+                return
+        else:
+            qx = 1.0
+        w = 1.0 if w * px >= qx else w * px / qx  # w_{i+1} = min(w_i p(x)/q(x), 1), no division by q
+        if not w > 0.0:  # every later h is 0: tau is decided
+            last = i + 1
+            break
+    if last == nd and w > 0.0 and block_uniform(seed, nd) <= w:
+        tau = nd
+    for i in range(tau):
+        out[i] = toks[i]
+    stats[ACCEPTED] = tau
+    t_read = last
+    if tau == nd:  # bonus token from p_{nd}
+        x = xt[nd]
+        mp = row_max(x)
+        if status(mp) != ROW_OK:
+            stats[BAD_VALUES] = TARGET_ROWS
+            return
+        itp, thrp = row_cutoff(x, mp, temp, top_k, top_p, min_p, eq)
+        row_weights(x, mp, itp, thrp, ep, zpb, none)
+        out[nd] = sample(ep, ep, 1.0, 0.0, NO_EXCLUDED, zpb, bonus_uniform(seed, nd))
+        t_read = nd + 1
+    else:
+        u = residual_uniform(seed, tau)
+        v = _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u)
+        if v < 0:  # the residual underflowed to 0: sample p_tau
+            stats[UNDERFLOWS] += 1
+            row_weights(xt[tau], prm[tau, P_MAX], prm[tau, P_INV_T], prm[tau, P_THR], ep, zpb, none)
+            v = sample(ep, ep, 1.0, 0.0, NO_EXCLUDED, zpb, u)
+        out[tau] = v
+    _validate_rest(xt, xd, has_draft, toks, nd, t_read, last if has_draft else 0, np.nan, temp, top_k, top_p,
+                   min_p, eq, stats)
+
+
+@kernel
+def _block_row(xt, xd, has_draft, toks, nd, params, seeds, out, stats, b):
+    temp, top_k, top_p, min_p = params
+    K1, V = xt.shape[1], xt.shape[2]
+    nb = block_count(V)
+    rsum = np.empty((max(K1 - 1, 1), nb))
+    prm = np.empty((K1, 8))
+    ep = np.empty(V)
+    eq = np.empty(V)
+    zpb = np.empty(nb)
+    zqb = np.empty(nb)
+    tp = np.empty(BLOCK)
+    tq = np.empty(BLOCK)
+    verify_row_block(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b], seeds[b],
+                     out[b], stats[b], rsum, prm, ep, eq, zpb, zqb, tp, tq)
+
+
+@parallel_kernel
+def block_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, out, stats):
+    for b in prange(xt.shape[0]):
+        _block_row(xt, xd, has_draft, toks, nd, params, seeds, out, stats, b)
+
+
+@kernel
+def block_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, out, stats):
+    for b in range(xt.shape[0]):
+        _block_row(xt, xd, has_draft, toks, nd, params, seeds, out, stats, b)
+
+
+# --------------------------------------------------------------------------------------------- probabilities
+@kernel
+def verify_row_block_probs(pt, pd, has_draft, toks, nd, seed, out, stats, rsum, ws, bsum, tmp):
+    """Block-verify one row from validated probabilities (pt [K+1, V], pd [K, V] or [0, V])."""
+    w = 1.0
+    tau = 0
+    last = nd
+    nb = bsum.shape[0]
+    for i in range(nd):
+        p = pt[i]
+        tok = toks[i]
+        q = pd[i] if has_draft else p
+        excl = NO_EXCLUDED if has_draft else tok
+        b = 1.0 if has_draft else 0.0
+        ws[i] = w
+        block_sums(p, q, w, b, excl, rsum[i], tmp, 0, nb)
+        z = 0.0
+        for j in range(nb):
+            z += rsum[i, j]
+        if i > 0:
+            den = z + 1.0 - w
+            if not den > 0.0 or block_uniform(seed, i) * den <= z:
+                tau = i
+        px = p[tok]
+        qx = q[tok] if has_draft else 1.0
+        w = 1.0 if w * px >= qx else w * px / qx
+        if not w > 0.0:
+            last = i + 1
+            break
+    if last == nd and w > 0.0 and block_uniform(seed, nd) <= w:
+        tau = nd
+    for i in range(tau):
+        out[i] = toks[i]
+    stats[ACCEPTED] = tau
+    if tau == nd:
+        p = pt[nd]
+        block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, nb)
+        out[nd] = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, bonus_uniform(seed, nd))
+        return
+    p = pt[tau]
+    q = pd[tau] if has_draft else p
+    u = residual_uniform(seed, tau)
+    v = sample(p, q, ws[tau], 1.0 if has_draft else 0.0, NO_EXCLUDED if has_draft else toks[tau], rsum[tau], u)
+    if v < 0:
+        stats[UNDERFLOWS] += 1
+        block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, nb)
+        v = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, u)
+    out[tau] = v
+
+
+@parallel_kernel
+def block_probs_rows(pt, pd, has_draft, toks, nd, seeds, out, stats):
+    B, K1, V = pt.shape
+    nb = block_count(V)
+    for b in prange(B):
+        rsum = np.empty((max(K1 - 1, 1), nb))
+        ws = np.empty(K1)
+        bsum = np.empty(nb)
+        tmp = np.empty(BLOCK)
+        verify_row_block_probs(pt[b], pd[b], has_draft, toks[b], nd[b], seeds[b], out[b], stats[b], rsum, ws,
+                               bsum, tmp)

@@ -1,0 +1,156 @@
+"""The one categorical sampler: two-level inverse CDF over stored weights.
+
+Every token fastspec samples -- recovered tokens (token, block and tree verification), bonus tokens, drafted
+tokens in the simulator and the Hugging Face loop -- comes from :func:`sample`.  The weights are "pluggable"
+through one formula over two stored float64 rows ``P`` and ``Q`` (weights of the processed target and draft,
+or probabilities):
+
+    w(v) = max(fma(P[v], a, -(Q[v] * b)), 0)      and w(excl) = 0
+
+* plain ``P`` (bonus token, drafting, a tree's residual): ``a = 1, b = 0`` (then ``w = P`` exactly);
+* the residual ``max(p - q, 0)`` from unnormalized weights: ``a = 1/z_p, b = 1/z_q`` (token verification);
+  block verification's ``max(w_i p - q, 0)``: ``a = w_i / z_p``;
+* a one-hot draft on token x (n-gram, prompt lookup): ``P`` without ``x``: ``a = 1, b = 0, excl = x``.
+
+Sampling is inverse CDF in token order with one uniform ``u`` in (0, 1]: the block sums ``bsum`` (:data:`BLOCK`
+tokens each, summed in a fixed order, :mod:`fastspec._numba.lanes`) pick the block where the running total
+first reaches ``u * total``; a scan of that one block picks the token.  When rounding makes the scan fall off
+the end, the last index with positive weight is returned, so a result is never ``>= V`` nor a zero-weight
+token; ``-1`` means every weight is 0 (the caller decides: e.g. a residual that underflowed).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._numba.intrinsics import fma, fmaximum, narrow, to_f64
+from .._numba.fastexp import fexp
+from .._numba.jit import kernel
+from .._numba.lanes import lane_sum
+from ..config import BLOCK
+
+NO_EXCLUDED = -1
+
+
+@kernel
+def block_count(V):
+    """Number of sampler blocks for a vocabulary of V tokens."""
+    return (V + BLOCK - 1) // BLOCK
+
+
+@kernel
+def residual_weight(P, Q, a, b, excl, v):
+    """w(v) of the module docstring (``excl`` < 0: none)."""
+    d = fma(P[v], a, -(Q[v] * b))
+    return d if (d > 0.0 and v != excl) else 0.0
+
+
+@kernel
+def block_sums(P, Q, a, b, excl, bsum, tmp, j0, j1):
+    """bsum[j] = sum of w over block j, for blocks j0..j1-1 (tmp: float64 scratch of BLOCK)."""
+    n = P.shape[0]
+    for j in range(j0, j1):
+        lo = j * BLOCK
+        hi = min(n, lo + BLOCK)
+        ps = P[lo:hi]
+        qs = Q[lo:hi]
+        for v in range(hi - lo):
+            d = fma(ps[v], a, -(qs[v] * b))
+            tmp[v] = d if d > 0.0 else 0.0
+        if lo <= excl < hi:
+            tmp[excl - lo] = 0.0
+        bsum[j] = lane_sum(tmp, 0, hi - lo)
+
+
+@kernel
+def pick_block(bsum, u):
+    """(block, remaining target) of inverse-CDF sampling over block sums; block -1 when the total is 0."""
+    total = 0.0
+    for j in range(bsum.shape[0]):
+        total += bsum[j]
+    if not total > 0.0:
+        return -1, 0.0
+    target = u * total
+    cum = 0.0
+    last = -1
+    for j in range(bsum.shape[0]):
+        s = bsum[j]
+        if s > 0.0:
+            last = j
+            if cum + s >= target:
+                return j, target - cum
+        cum += s
+    return last, np.inf
+
+
+@kernel
+def scan_block(P, Q, a, b, excl, rem):
+    """Inverse CDF inside one block (P, Q: the block's slices; excl relative to the block): the first index
+    where the running sum of w reaches ``rem``, else the last index with positive weight, else -1."""
+    c = 0.0
+    last = -1
+    for v in range(P.shape[0]):
+        w = residual_weight(P, Q, a, b, excl, v)
+        if w > 0.0:
+            last = v
+            c += w
+            if c >= rem:
+                return v
+    return last
+
+
+@kernel
+def sample(P, Q, a, b, excl, bsum, u):
+    """A token from w (module docstring) given its block sums ``bsum``; -1 when every weight is 0."""
+    j, rem = pick_block(bsum, u)
+    if j < 0:
+        return -1
+    lo = j * BLOCK
+    hi = min(P.shape[0], lo + BLOCK)
+    v = scan_block(P[lo:hi], Q[lo:hi], a, b, excl - lo, rem)
+    return lo + v if v >= 0 else -1
+
+
+@kernel
+def sample_weights(P, Q, a, b, excl, bsum, tmp, u):
+    """:func:`sample` after computing every block sum."""
+    block_sums(P, Q, a, b, excl, bsum, tmp, 0, bsum.shape[0])
+    return sample(P, Q, a, b, excl, bsum, u)
+
+
+@kernel
+def block_weights(x, m, inv_t, thr, lo, hi, w):
+    """w[0:hi-lo] = the processed weights of x[lo:hi]: ``exp((x_v - m) * inv_t)`` if ``x_v >= thr`` else 0."""
+    xs = x[lo:hi]  # slices: loops from 0 let LLVM drop the negative-index checks and vectorize
+    for v in range(hi - lo):
+        xv = to_f64(xs[v])
+        e = fexp((xv - m) * inv_t)
+        w[v] = e if xv >= thr else 0.0
+
+
+@kernel
+def row_weights(x, m, inv_t, thr, w, bsum, nxt):
+    """The processed weights of one logits row, stored: ``w[v] = exp((x_v - m) * inv_t)`` if ``x_v >= thr``
+    else 0 (float64), ``bsum[j]`` = their block sums.  Returns ``(total, max of nxt)`` (NaN for an empty
+    ``nxt``).
+
+    ``nxt`` is the row the caller will read next (or an empty row): its max is taken block by block inside
+    this compute-bound pass, so its first read from memory overlaps the exponentials."""
+    n = x.shape[0]
+    has_next = nxt.shape[0] > 0
+    nmax = np.float64(narrow(nxt[0])) if has_next else np.nan
+    total = 0.0
+    for j in range(bsum.shape[0]):
+        lo = j * BLOCK
+        hi = min(n, lo + BLOCK)
+        ws = w[lo:hi]
+        block_weights(x, m, inv_t, thr, lo, hi, ws)
+        s = lane_sum(ws, 0, hi - lo)
+        bsum[j] = s
+        total += s
+        if has_next:
+            ns = nxt[lo:hi]
+            bm = narrow(ns[0])
+            for v in range(hi - lo):
+                bm = fmaximum(bm, narrow(ns[v]))
+            nmax = fmaximum(nmax, np.float64(bm))
+    return total, nmax

@@ -1,0 +1,239 @@
+"""Token-level verification kernels (rejection sampling), from logits or from probabilities.
+
+For row b and drafted position i < num_draft with drafted token x: accept while ``u_i * q_i(x) <= p_i(x)``
+(``u_i`` = :func:`~fastspec._numba.rng.accept_uniform`, in (0, 1]); at the first rejection emit a recovered
+token from ``max(p_i - q_i, 0)`` (or from ``p_i`` without x for a one-hot draft); if every draft is accepted,
+a bonus token from ``p_{num_draft}``.  Greedy rows (temperature 0) accept while the draft equals the target
+argmax and emit the argmax at the first mismatch.  The rules and the public entry points are in
+:mod:`fastspec.verify`.
+
+Cost per visited position (logits): one max pass over the target row (the NaN/+inf/all -inf check too, fused
+into the previous position's weight pass), one pass storing the target weights with their block sums, the
+same for the draft row, two point look-ups, and on rejection the residual's block sums from the stored weights
+(no exponential) and a scan of one block.  Rows after the decision are only validated.  Every row of the input
+is validated exactly once; drafted tokens with draft probability 0 are reported wherever they are.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._numba.intrinsics import to_f64
+from .._numba.fastexp import fexp
+from .._numba.jit import kernel, parallel_kernel, prange
+from .._numba.rng import accept_uniform, bonus_uniform, residual_uniform
+from ..config import BLOCK
+from .process import row_cutoff
+from .rows import ROW_OK, argmax_of, row_max, status
+from .sample import NO_EXCLUDED, block_count, block_sums, row_weights, sample
+
+# columns of the per-row stats array [B, N_STATS]
+ACCEPTED = 0  # accepted drafts
+UNDERFLOWS = 1  # 1 when the residual summed to 0 (p ~= q) and the recovered token came from p
+BAD_DRAFT = 2  # 1 + the first drafted position whose token has draft probability 0 (0: none)
+BAD_VALUES = 3  # 0, or which array has a NaN/+inf/all -inf row: TARGET_ROWS or DRAFT_ROWS
+N_STATS = 4
+TARGET_ROWS = 1
+DRAFT_ROWS = 2
+
+
+# --------------------------------------------------------------------------------------------- work buffers
+def buffer_size(V: int, nb: int) -> int:
+    """float64 elements of one thread's work buffer (see :func:`split_buffer`)."""
+    return 2 * V + 3 * nb + BLOCK
+
+
+@kernel
+def split_buffer(buf, V, nb):
+    """(wp, wq, zpb, zqb, bsum, tmp) views of one flat work buffer.
+
+    wp, wq [V]: stored target / draft weights (wq doubles as the top-k/top-p selection scratch before the draft
+    weights are written); zpb, zqb, bsum [nb]: their block sums and the sampler's; tmp [BLOCK]: sampler scratch."""
+    wp = buf[0:V]
+    wq = buf[V:2 * V]
+    zpb = buf[2 * V:2 * V + nb]
+    zqb = buf[2 * V + nb:2 * V + 2 * nb]
+    bsum = buf[2 * V + 2 * nb:2 * V + 3 * nb]
+    tmp = buf[2 * V + 3 * nb:2 * V + 3 * nb + BLOCK]
+    return wp, wq, zpb, zqb, bsum, tmp
+
+
+# --------------------------------------------------------------------------------------------- logits
+@kernel
+def _draft_prob_positive(y, tok, m, temp, top_k, top_p, min_p, scratch):
+    """q(tok) > 0 for a valid draft row y with max m under the processing (temperature > 0)."""
+    yv = to_f64(y[tok])
+    if yv == m:  # the argmax is kept by every filter and has weight 1
+        return True
+    inv_t, thr = row_cutoff(y, m, temp, top_k, top_p, min_p, scratch)
+    return yv >= thr and fexp((yv - m) * inv_t) > 0.0
+
+
+@kernel
+def _validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md0, temp, top_k, top_p, min_p, scratch, stats):
+    """Validate target rows t0.. and draft rows d0.. (``md0``: the max of draft row d0 when it was computed
+    ahead, else NaN) of a row the decision did not read, and check that every drafted token among them has
+    draft probability > 0, so an invalid draft is reported whatever was accepted."""
+    for i in range(t0, xt.shape[0]):
+        if status(row_max(xt[i])) != ROW_OK:
+            stats[BAD_VALUES] = TARGET_ROWS
+            return
+    for i in range(d0, xd.shape[0]):
+        m = md0 if (i == d0 and md0 == md0) else row_max(xd[i])
+        if status(m) != ROW_OK:
+            stats[BAD_VALUES] = DRAFT_ROWS
+            return
+        if has_draft and i < nd and temp > 0.0 and stats[BAD_DRAFT] == 0:
+            if not _draft_prob_positive(xd[i], toks[i], m, temp, top_k, top_p, min_p, scratch):
+                stats[BAD_DRAFT] = i + 1
+
+
+@kernel
+def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, seed, out, stats, buf):
+    """Verify one row from logits: xt [K+1, V], xd [K, V] (or [0, V] for a one-hot draft), toks [K] (valid ids),
+    nd <= K drafts; writes out [K+1] (-1 beyond the emitted tokens) and stats [N_STATS].
+
+    Every row is validated once: a visited row by its max pass (which, but for the first, runs inside the
+    previous position's weight pass: ``mt_next``/``md_next``, NaN when not computed ahead), the others by
+    :func:`_validate_rest`."""
+    V = xt.shape[1]
+    wp, wq, zpb, zqb, bsum, tmp = split_buffer(buf, V, block_count(V))
+    greedy = temp == 0.0
+    K1 = xt.shape[0]
+    Kd = xd.shape[0]
+    none = xt[0, 0:0]  # an empty row: "no next row to read ahead"
+    mt_next = np.nan
+    md_next = np.nan
+    t_ok = 0  # target rows [0, t_ok) validated
+    d_ok = 0  # draft rows [0, d_ok) validated
+    for i in range(nd + 1):
+        x = xt[i]
+        m = mt_next if mt_next == mt_next else row_max(x)
+        mt_next = np.nan
+        if status(m) != ROW_OK:
+            stats[BAD_VALUES] = TARGET_ROWS
+            return
+        t_ok = i + 1
+        if greedy:
+            amax = argmax_of(x, m)
+            out[i] = amax
+            if i < nd and toks[i] == amax:
+                continue
+            stats[ACCEPTED] = i
+            break
+        two = has_draft and i < nd
+        mq = 0.0
+        if two:
+            mq = md_next if md_next == md_next else row_max(xd[i])
+            md_next = np.nan
+            if status(mq) != ROW_OK:
+                stats[BAD_VALUES] = DRAFT_ROWS
+                return
+            d_ok = i + 1
+        inv_t, thr = row_cutoff(x, m, temp, top_k, top_p, min_p, wq)
+        zp, mt_next = row_weights(x, m, inv_t, thr, wp, zpb, xt[t_ok] if t_ok < K1 else none)
+        if i == nd:  # every draft accepted: bonus token from p_nd
+            stats[ACCEPTED] = nd
+            out[nd] = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, bonus_uniform(seed, nd))
+            break
+        tok = toks[i]
+        px = wp[tok] / zp
+        if two:
+            y = xd[i]
+            inv_tq, thrq = row_cutoff(y, mq, temp, top_k, top_p, min_p, wq)
+            zq, md_next = row_weights(y, mq, inv_tq, thrq, wq, zqb, xd[d_ok] if d_ok < Kd else none)
+            qx = wq[tok] / zq
+            if not qx > 0.0:
+                stats[BAD_DRAFT] = i + 1
+                return
+        else:
+            zq = 1.0
+            qx = 1.0
+        if accept_uniform(seed, i) * qx <= px:
+            out[i] = tok
+            continue
+        stats[ACCEPTED] = i
+        ur = residual_uniform(seed, i)
+        if two:
+            a, b = 1.0 / zp, 1.0 / zq
+            block_sums(wp, wq, a, b, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
+            v = sample(wp, wq, a, b, NO_EXCLUDED, bsum, ur)
+        else:  # one-hot draft: p without the drafted token; only its block's sum changes
+            bsum[:] = zpb
+            jx = tok // BLOCK
+            block_sums(wp, wp, 1.0, 0.0, tok, bsum, tmp, jx, jx + 1)
+            v = sample(wp, wp, 1.0, 0.0, tok, bsum, ur)
+        if v < 0:  # the residual underflowed to 0 (p ~= q): sample p
+            stats[UNDERFLOWS] += 1
+            v = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, ur)
+        out[i] = v
+        break
+    t0 = t_ok
+    if mt_next == mt_next:  # the max of target row t_ok was computed ahead: its status decides it
+        if status(mt_next) != ROW_OK:
+            stats[BAD_VALUES] = TARGET_ROWS
+            return
+        t0 = t_ok + 1
+    _validate_rest(xt, xd, has_draft, toks, nd, t0, d_ok, md_next, temp, top_k, top_p, min_p, wq, stats)
+
+
+@parallel_kernel
+def verify_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, out, stats, buffers):
+    """Rows in parallel: thread chunk c takes rows c, c + n, ... (n = len(buffers)) with work buffer
+    buffers[c]; results do not depend on which thread runs a row."""
+    temp, top_k, top_p, min_p = params
+    B = xt.shape[0]
+    n = buffers.shape[0]
+    for c in prange(n):
+        for b in range(c, B, n):
+            verify_row_logits(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
+                              seeds[b], out[b], stats[b], buffers[c])
+
+
+@kernel
+def verify_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, out, stats, buffers):
+    """The same, rows one after the other with buffers[0] (no parallel region: lowest latency for few rows)."""
+    temp, top_k, top_p, min_p = params
+    for b in range(xt.shape[0]):
+        verify_row_logits(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
+                          seeds[b], out[b], stats[b], buffers[0])
+
+
+# --------------------------------------------------------------------------------------------- probabilities
+@kernel
+def verify_row_probs(pt, pd, has_draft, toks, nd, seed, out, stats, bsum, tmp):
+    """Verify one row from validated probabilities pt [K+1, V], pd [K, V] (or [0, V] for one-hot drafts)."""
+    for i in range(nd):
+        p = pt[i]
+        tok = toks[i]
+        q = pd[i] if has_draft else p
+        qx = q[tok] if has_draft else 1.0
+        if accept_uniform(seed, i) * qx <= p[tok]:
+            out[i] = tok
+            continue
+        stats[ACCEPTED] = i
+        ur = residual_uniform(seed, i)
+        if has_draft:
+            block_sums(p, q, 1.0, 1.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
+            v = sample(p, q, 1.0, 1.0, NO_EXCLUDED, bsum, ur)
+        else:
+            block_sums(p, p, 1.0, 0.0, tok, bsum, tmp, 0, bsum.shape[0])
+            v = sample(p, p, 1.0, 0.0, tok, bsum, ur)
+        if v < 0:
+            stats[UNDERFLOWS] += 1
+            block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
+            v = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, ur)
+        out[i] = v
+        return
+    stats[ACCEPTED] = nd
+    p = pt[nd]
+    block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
+    out[nd] = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, bonus_uniform(seed, nd))
+
+
+@parallel_kernel
+def verify_probs_rows(pt, pd, has_draft, toks, nd, seeds, out, stats):
+    nb = block_count(pt.shape[2])
+    for b in prange(pt.shape[0]):
+        bsum = np.empty(nb)
+        tmp = np.empty(BLOCK)
+        verify_row_probs(pt[b], pd[b], has_draft, toks[b], nd[b], seeds[b], out[b], stats[b], bsum, tmp)

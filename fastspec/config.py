@@ -1,0 +1,42 @@
+"""Every tunable constant of fastspec, in one place (sizes, caps, thresholds), with why it has its value.
+
+Caps on sizes the user controls are checked before any allocation (the error names the argument and the cap).
+"""
+from __future__ import annotations
+
+# ---- kernels
+#: vocabulary block of the two-level inverse-CDF sampler: block sums first, then a scan inside one block
+BLOCK = 1024
+#: up to this V the alpha kernel keeps both rows' weights in per-thread buffers (16 B per token and thread;
+#: measured faster than recomputing the exponentials at V = 49152 and 128256)
+ALPHA_SCRATCH_MAX_V = 1 << 20
+
+# ---- dumps
+#: rows are read in chunks of at most this many bytes per array (peak extra memory is O(chunk))
+DEFAULT_CHUNK_BYTES = 64 << 20
+#: a deflated member declaring more than this ratio of its compressed size is treated as a zip bomb
+MAX_DEFLATE_RATIO = 1000
+#: Fortran-ordered members (and members that must be read whole) larger than this are refused
+MAX_WHOLE_ARRAY_BYTES = 1 << 30
+#: sparse rows: sum(exp(top-k logprobs)) may exceed 1 by this much (float16/32 rounding)
+LOGPROB_SUM_TOLERANCE = 1e-3
+
+# ---- analysis and simulation
+#: largest draft length k anywhere (simulate, inspect, the DP, the real loop)
+MAX_K = 256
+#: Monte-Carlo replays per sequence
+MIN_TRIALS, MAX_TRIALS = 2, 10 ** 7
+DEFAULT_TRIALS = {"bernoulli": 200, "token": 4}
+#: batch means: trials are split into this many independent batches for the Monte-Carlo interval
+DEFAULT_BATCHES = 20
+#: |MC - exact| / standard error above this is reported as a disagreement (see fastspec.simulate)
+AGREEMENT_Z = 4.0
+#: Bernoulli replay scratch counters per block of rows
+REPLAY_SCRATCH_BYTES = 32 << 20
+#: token-mode replay: rows per verify call, and bytes of logits gathered per chunk of sequences
+TOKEN_REPLAY_ROWS = 64
+TOKEN_REPLAY_CHUNK_BYTES = 64 << 20
+#: candidates per drafted position in the simulator
+MAX_CANDIDATES = 64
+#: block-verification replays per sequence (default)
+DEFAULT_BLOCK_TRIALS = 10

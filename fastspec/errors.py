@@ -1,0 +1,38 @@
+"""fastspec's typed errors.
+
+Every mistake in what a caller passed raises :class:`InvalidInput` (a ``ValueError``) or :class:`InvalidType`
+(a ``TypeError``), naming the argument, the index and the fix; a malformed dump file raises
+:class:`DumpFormatError` (an ``InvalidInput`` that names the file and the array), a missing one
+:class:`DumpNotFound` (also a ``FileNotFoundError``).  Because they subclass the built-in exceptions, code that
+catches ``ValueError``/``TypeError`` keeps working.
+
+The command line maps exactly these to "bad input" (exit code 2); anything else -- an I/O failure, a cluster
+that does not answer, a bug -- is a runtime failure (exit code 1).
+"""
+from __future__ import annotations
+
+__all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError"]
+
+
+class FastspecError(Exception):
+    """Base class of fastspec's own errors."""
+
+
+class InvalidInput(FastspecError, ValueError):
+    """A value the caller passed is invalid (out of range, wrong shape, inconsistent with another argument)."""
+
+
+class InvalidType(FastspecError, TypeError):
+    """An argument has the wrong type or dtype."""
+
+
+class DumpFormatError(InvalidInput):
+    """A logit dump (or one of its shards) is malformed: the message names the file, the array and the index."""
+
+
+class DumpNotFound(InvalidInput, FileNotFoundError):
+    """The dump path does not exist."""
+
+
+class ClusterError(FastspecError, RuntimeError):
+    """A Dask cluster failed or could not be reached (a runtime failure, not bad input)."""

@@ -1,0 +1,45 @@
+"""The registries of verification methods and of candidate sampling: one list of names each, used by the
+kernels' wrappers, the simulator, the exact path and the command line."""
+from __future__ import annotations
+
+from .errors import InvalidInput
+
+__all__ = ["VERIFICATION_METHODS", "CANDIDATE_SAMPLING", "check_method", "check_candidate_sampling"]
+
+#: name -> what it is (``verify_logits(method=...)``, ``simulate(verify=...)``, the exact enumerations)
+VERIFICATION_METHODS = {
+    "token": "token-by-token rejection sampling (Leviathan et al. 2023; Chen et al. 2023)",
+    "block": "block verification (Sun et al. 2024, arXiv 2403.10444): judges the drafted block jointly",
+}
+
+#: name -> how the candidates of a tree node were proposed (``verify_tree_probs(sampling=...)``); the order is
+#: the kernels' integer code
+CANDIDATE_SAMPLING = {
+    "iid": "drawn i.i.d. from the node's draft distribution (SpecInfer)",
+    "without_replacement": "drawn one after another from the draft without the earlier siblings "
+                           "(recursive speculative decoding)",
+    "deterministic": "chosen without randomness (top-w of the draft, n-gram or prompt-lookup trees): point masses",
+}
+
+
+def check_method(method, allowed=None) -> str:
+    """``method`` if it names a verification method (of ``allowed``, default all), else InvalidInput."""
+    names = tuple(allowed or VERIFICATION_METHODS)
+    if not isinstance(method, str) or method not in names:
+        raise InvalidInput(f"method {method!r} is unknown; choose one of: "
+                           + ", ".join(f"{n!r} ({VERIFICATION_METHODS[n]})" for n in names))
+    return method
+
+
+def check_candidate_sampling(sampling, allowed=None, *, why: str = "") -> str:
+    """``sampling`` if it names a candidate-sampling scheme (of ``allowed``, default all), else InvalidInput."""
+    names = tuple(allowed or CANDIDATE_SAMPLING)
+    if not isinstance(sampling, str) or sampling not in names:
+        raise InvalidInput(f"candidate sampling {sampling!r} is not supported here; choose one of: "
+                           f"{', '.join(names)}{why}")
+    return sampling
+
+
+def candidate_code(sampling: str) -> int:
+    """The kernels' integer code of a candidate-sampling scheme."""
+    return list(CANDIDATE_SAMPLING).index(sampling)
