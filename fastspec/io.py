@@ -56,6 +56,20 @@ _META = ("temperature", "top_k", "top_p", "min_p", "vocab_size")
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
+DRAFT_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"
+
+
+def check_draft_name(name, what: str = "draft name") -> str:
+    """``name`` if it is a valid draft name (letters, digits, '_', '.', '-'; starts with a letter or digit; no
+    '__', which separates the role from the name in array names), else InvalidInput."""
+    from .errors import InvalidInput
+
+    if not isinstance(name, str) or not re.fullmatch(DRAFT_NAME_PATTERN, name) or "__" in name:
+        raise InvalidInput(f"{what} {name!r} is invalid: use letters, digits, '_', '.' and '-' (starting with a "
+                           "letter or digit, no '__')")
+    return name
+
+
 def _err(file: str, msg: str) -> ValueError:
     return ValueError(f"{file}: {msg}")
 
