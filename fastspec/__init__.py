@@ -1,19 +1,41 @@
-"""fastspec: exact, fast and checkable speculative-decoding verification on the CPU.
+"""fastspec: exact, fast and checkable speculative-decoding verification on the CPU, and offline what-if
+analysis of draft models from logit dumps.
 
-The library never imports typer, rich, torch or matplotlib; those belong to the
-CLI (``fastspec_cli``) or to optional extras.
+The library never imports typer, rich, torch or matplotlib; those belong to the command line (``fastspec_cli``)
+or to optional extras (``fastspec.hf`` needs torch; it is not imported here).  ``fastspec.simulate`` is both the
+simulator module and its entry point: ``fastspec.simulate(dump, k=4)``.
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import exact  # noqa: F401  (the Fraction reference path)
-from ._rng import row_seeds  # noqa: F401
-from ._process import probabilities  # noqa: F401
-from .verify import VerifyResult, verify_logits, verify_probs  # noqa: F401
-from .candidates import (TreeVerifyResult, candidate_acceptance, verify_tree_logits,  # noqa: F401
+from . import exact
+from ._numba.rng import row_seeds
+from .acceptance import DraftAcceptance, acceptance_bounds, acceptance_rates, dump_acceptance
+from .analysis import SpecStats, expected_speedup, expected_tokens_closed_form, expected_tokens_per_step, optimal_k
+from .candidates import (TreeVerifyResult, candidate_acceptance, parent_from_siblings, verify_tree_logits,
                          verify_tree_probs)
-from .acceptance import (acceptance_bounds, acceptance_rates, dump_acceptance, expected_speedup,  # noqa: F401
-                         expected_tokens_closed_form, expected_tokens_per_step, optimal_k)
-from .io import load_dump, save_dump  # noqa: F401
-from .shards import ShardedDump, load_any  # noqa: F401  (dask itself is imported only when a client is used)
+from .errors import ClusterError, DumpFormatError, DumpNotFound, FastspecError, InvalidInput, InvalidType
+from .io import Dump, load_dump, save_dump
+from .params import SamplingParams
+from .processing import probabilities, sample_tokens
+from .shards import ShardedDump, load_any
+from .verify import VerifyResult, verify_logits, verify_probs
+from . import simulate  # noqa: E402  (a callable module: fastspec.simulate(dump, ...))
+from .simulate import DraftKResult, SimulationResult
+
+__all__ = [
+    "__version__",
+    # verification
+    "verify_logits", "verify_probs", "VerifyResult", "verify_tree_probs", "verify_tree_logits", "TreeVerifyResult",
+    "parent_from_siblings", "candidate_acceptance", "row_seeds",
+    # processing
+    "probabilities", "sample_tokens", "SamplingParams",
+    # acceptance and expected figures
+    "acceptance_rates", "acceptance_bounds", "dump_acceptance", "DraftAcceptance", "expected_tokens_per_step",
+    "SpecStats", "expected_tokens_closed_form", "expected_speedup", "optimal_k",
+    # dumps and simulation
+    "load_dump", "save_dump", "Dump", "ShardedDump", "load_any", "simulate", "SimulationResult", "DraftKResult",
+    # the exact path and errors
+    "exact", "FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
+]

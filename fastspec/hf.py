@@ -41,7 +41,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ._process import probabilities
+from .processing import probabilities
 from .verify import verify_logits
 
 __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer", "resolve_models", "read_prompts",

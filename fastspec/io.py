@@ -500,6 +500,11 @@ class Dump:
         return f"[{n}, {t}]" if self.rank3 else f"[{t}]"
 
     # ---- public ------------------------------------------------------------------------------
+    @classmethod
+    def from_arrays(cls, arrays, path: str = "<arrays>") -> "Dump":
+        """A dump of in-memory arrays (structure checked like a file's)."""
+        return cls(path, {k: _MemorySource(k, np.asarray(a)) for k, a in arrays.items()})
+
     @property
     def arrays(self) -> dict[str, ArrayInfo]:
         return {n: ArrayInfo(n, tuple(s.shape), str(s.dtype), s.nbytes, s.storage) for n, s in self._sources.items()}

@@ -27,7 +27,8 @@ def check_method(method, allowed=None) -> str:
     names = tuple(allowed or VERIFICATION_METHODS)
     if not isinstance(method, str) or method not in names:
         raise InvalidInput(f"method {method!r} is unknown; choose one of: "
-                           + ", ".join(f"{n!r} ({VERIFICATION_METHODS[n]})" for n in names))
+                           + ", ".join(f"{n!r} ({VERIFICATION_METHODS[n]})" if n in VERIFICATION_METHODS else repr(n)
+                                       for n in names))
     return method
 
 

@@ -352,7 +352,7 @@ class ShardedDump:
         bitwise the same numbers.  ``client`` (default: the one given when opening) runs one task per
         shard on a Dask cluster; without one, the shards are processed here, one after another.
         """
-        from .acceptance import DraftAcceptance, _resolve_params
+        from .acceptance import DraftAcceptance, resolve_sampling as _resolve_params
 
         names = self.drafts if drafts is None else tuple(drafts)
         for n in names:

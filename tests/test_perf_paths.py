@@ -1,5 +1,5 @@
-"""Fast paths added for speed: fused validation, vocabulary-parallel rows, α scratch/recompute branches,
-the vectorized max, and the FMA exp.  Each must give exactly what the general path gives."""
+"""Fast paths added for speed: fused validation, rows in parallel vs serial vs one by one, the vectorized max,
+the FMA exp, fixed-order sums and float16 read as it is.  Each must give exactly what the general path gives."""
 from __future__ import annotations
 
 import numba
@@ -7,11 +7,16 @@ import numpy as np
 import pytest
 
 from fastspec import row_seeds, verify_logits
-from fastspec._fastexp import fexp, fexp_array
-from fastspec._process import logits_status, row_max, vmax
-from fastspec.acceptance import _alpha_plain, acceptance_rates
-import fastspec.verify as verify_mod
-from fastspec.verify import PAR_MIN_V, _verify_logits_kernel
+from fastspec._kernels.rows import ROW_NAN, ROW_NO_FINITE, ROW_OK, ROW_POSINF, argmax_of, row_max, status
+from fastspec._numba.fastexp import fexp
+from fastspec._numba.lanes import lane_sum
+from fastspec.acceptance import acceptance_rates
+
+@numba.njit
+def _fexp_loop(y, out):
+    for i in range(y.shape[0]):
+        out[i] = fexp(y[i])
+    return out
 
 
 def _batch(B, K, V, seed=0):
@@ -31,45 +36,36 @@ def _with_threads(n, fn):
         numba.set_num_threads(old)
 
 
-@pytest.mark.parametrize("vocab_parallel", [True, False])
 @pytest.mark.parametrize("draft", [True, False])
-def test_vocab_parallel_rows_identical_to_batched_and_serial(draft, vocab_parallel, monkeypatch):
-    monkeypatch.setattr(verify_mod, "VOCAB_PARALLEL", vocab_parallel)
-    B, K, V = 6, 3, PAR_MIN_V + 3000  # large enough for the vocabulary-parallel path at B = 1
+def test_rows_identical_batched_serial_and_one_by_one(draft):
+    B, K, V = 6, 3, 70003
     xt, xd, toks = _batch(B, K, V, seed=1)
     d = xd if draft else None
     temp = np.array([1.0, 0.7, 0.0, 1.3, 1.0, 0.9])
     min_p = np.array([0.0, 0.05, 0.0, 0.0, 0.2, 0.0])
-    top_k = np.array([0, 0, 0, 50, 0, 0])  # row 3 takes the general (row_params) path
+    top_k = np.array([0, 0, 0, 50, 0, 0])  # row 3 needs the top-k selection
+    top_p = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 0.9])  # row 5 the top-p selection
     seeds = row_seeds(7, B)
-    kw = dict(temperature=temp, min_p=min_p, top_k=top_k, seed=seeds)
+    kw = dict(temperature=temp, min_p=min_p, top_k=top_k, top_p=top_p, seed=seeds)
     a = verify_logits(xt, d, toks, **kw)
     serial = _with_threads(1, lambda: verify_logits(xt, d, toks, **kw))
     assert (serial.tokens == a.tokens).all()
     for b in range(B):
-        for n in (1, 2):  # B = 1: rows in turn, vocabulary-parallel passes when 2 threads
-            one = _with_threads(n, lambda: verify_logits(
-                xt[b:b + 1], None if d is None else d[b:b + 1], toks[b:b + 1], temperature=temp[b:b + 1],
-                min_p=min_p[b:b + 1], top_k=top_k[b:b + 1], seed=seeds[b:b + 1]))
-            assert (one.tokens == a.tokens[b:b + 1]).all()
-            assert (one.residual_underflows == a.residual_underflows[b:b + 1]).all()
+        one = verify_logits(xt[b:b + 1], None if d is None else d[b:b + 1], toks[b:b + 1], temperature=temp[b:b + 1],
+                            min_p=min_p[b:b + 1], top_k=top_k[b:b + 1], top_p=top_p[b:b + 1], seed=seeds[b:b + 1])
+        assert (one.tokens == a.tokens[b:b + 1]).all()
+        assert (one.residual_underflows == a.residual_underflows[b:b + 1]).all()
 
 
-def test_fused_path_matches_general_kernel():
-    # The fused path sums normalizers per block; the general kernel (row_params) in one pass.  Only a
-    # uniform within ~1e-16 of a CDF boundary could tell them apart.
+def test_disabled_filters_take_the_same_path():
+    # top_k >= V and top_p = 1 filter nothing: the same tokens as no filters at all
     B, K, V = 40, 4, 5000
     xt, xd, toks = _batch(B, K, V, seed=2)
     for draft in (True, False):
         for t in (1.0, 0.6):
-            new = verify_logits(xt, xd if draft else None, toks, temperature=t, seed=11)
-            out = np.full((B, K + 1), -1, dtype=np.int64)
-            st = np.zeros((B, 3), dtype=np.int64)
-            d = xd if draft else np.zeros((B, 0, V), np.float32)
-            _verify_logits_kernel(xt, d, draft, toks, np.full(B, K), np.full(B, t), np.zeros(B, np.int64),
-                                  np.ones(B), np.zeros(B), row_seeds(11, B), out, st)
-            assert (new.tokens == out).all()
-            assert (new.num_accepted == st[:, 0]).all()
+            a = verify_logits(xt, xd if draft else None, toks, temperature=t, seed=11)
+            b = verify_logits(xt, xd if draft else None, toks, temperature=t, top_k=V, top_p=1.0, seed=11)
+            assert (a.tokens == b.tokens).all()
 
 
 @pytest.mark.parametrize("where", ["target_last", "draft_last", "target_beyond_num_draft"])
@@ -114,55 +110,66 @@ def test_target_error_reported_before_draft_error():
         verify_logits(xt, xd, toks)
 
 
-def test_vmax_status_and_row_max():
-    for dt in (np.float32, np.float64):
-        x = np.array([-np.inf, 1.5, -2.0, 1.5, -0.0], dtype=dt)
-        assert vmax(x) == 1.5 and logits_status(vmax(x)) == 0
-        assert tuple(row_max(x)) == (1.5, 1)
-        assert logits_status(vmax(np.array([1.0, np.nan, np.inf], dtype=dt))) == 1
-        assert logits_status(vmax(np.array([1.0, np.inf, -np.inf], dtype=dt))) == 2
-        assert logits_status(vmax(np.full(37, -np.inf, dtype=dt))) == 3
+def test_row_max_status_and_argmax():
+    for dt in (np.float32, np.float64, np.float16):
+        def k(a):
+            a = np.asarray(a, dtype=dt)
+            return a.view(np.uint16) if dt == np.float16 else a
+        x = k([-np.inf, 1.5, -2.0, 1.5, -0.0])
+        assert row_max(x) == 1.5 and status(row_max(x)) == ROW_OK and argmax_of(x, 1.5) == 1
+        assert status(row_max(k([1.0, np.nan, np.inf]))) == ROW_NAN
+        assert status(row_max(k([1.0, np.inf, -np.inf]))) == ROW_POSINF
+        assert status(row_max(k(np.full(37, -np.inf)))) == ROW_NO_FINITE
         y = np.zeros(1000, dtype=dt)
         y[999] = np.nan  # NaN in the vectorized body's last lane and in a remainder position
-        assert logits_status(vmax(y)) == 1 and logits_status(vmax(y[:997])) == 0
+        assert status(row_max(k(y))) == ROW_NAN and status(row_max(k(y[:997]))) == ROW_OK
         y[:997] = -1.0
         y[996] = 3.0
-        assert row_max(y[:997])[1] == 996
+        assert argmax_of(k(y[:997]), row_max(k(y[:997]))) == 996
 
 
 def test_fexp_scalar_and_vectorized_bitwise_equal():
     rng = np.random.default_rng(6)
     y = np.concatenate([-rng.random(3000) * 720, -rng.random(1000) * 1e-3, [0.0, -0.0, -708.0, -np.inf]])
-    vec = fexp_array(y, np.empty_like(y))
+    vec = _fexp_loop(y, np.empty_like(y))
     scal = np.array([fexp(v) for v in y])
     assert (vec.view(np.int64) == scal.view(np.int64)).all()
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_alpha_scratch_and_recompute_branches_agree(dtype):
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 1023, 1024, 5001])
+def test_lane_sum_is_its_documented_order(n):
+    w = np.random.default_rng(n).random(n) * 10.0 ** np.random.default_rng(n + 1).integers(-8, 8, n)
+    stop = n - n % 16
+    lanes = [0.0] * 16
+    for j in range(0, stop, 16):
+        for l in range(16):
+            lanes[l] += w[j + l]
+    while len(lanes) > 1:
+        lanes = [lanes[i] + lanes[i + 1] for i in range(0, len(lanes), 2)]
+    t = lanes[0]
+    for j in range(stop, n):
+        t += w[j]
+    assert lane_sum(w, 0, n) == t  # bit for bit: the order is fixed, not left to the compiler
+    assert abs(lane_sum(w, 0, n) - np.sum(w)) <= 1e-12 * max(1.0, np.abs(w).sum())
+
+
+def test_alpha_float16_read_as_it_is():
     rng = np.random.default_rng(7)
     R, V = 5, 3001
-    P = (rng.standard_normal((R, V)) * 4).astype(dtype)
-    Q = (P.astype(np.float64) + rng.standard_normal((R, V)) * 2).astype(dtype)
+    P = (rng.standard_normal((R, V)) * 4).astype(np.float16)
+    Q = (P.astype(np.float64) + rng.standard_normal((R, V)) * 2).astype(np.float16)
     P[1, :100] = -np.inf
     t = np.array([1.0, 0.7, 2.0, 0.0, 1.0])
-    P2, Q2 = (P.view(np.uint16), Q.view(np.uint16)) if dtype == np.float16 else (P, Q)
-    res = []
-    for use_scratch in (True, False):
-        out = np.empty(R)
-        st = np.zeros(R, dtype=np.int8)
-        _alpha_plain(P2, Q2, t, np.ones(R, dtype=np.bool_), use_scratch, numba.get_num_threads(), out, st)
-        assert not st.any()
-        res.append(out)
-    np.testing.assert_allclose(res[0], res[1], rtol=0, atol=1e-15)
-    np.testing.assert_allclose(acceptance_rates(P, Q, temperature=t), res[0], rtol=0, atol=0)
+    a16 = acceptance_rates(P, Q, temperature=t)
+    a32 = acceptance_rates(P.astype(np.float32), Q.astype(np.float32), temperature=t)
+    assert (a16 == a32).all()  # float16 widens exactly: the same bits as the float32 copy
     x = P.astype(np.float64) / np.where(t > 0, t, 1)[:, None]
     y = Q.astype(np.float64) / np.where(t > 0, t, 1)[:, None]
     p = np.exp(x - x.max(-1, keepdims=True))
     q = np.exp(y - y.max(-1, keepdims=True))
     ref = np.minimum(p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)).sum(-1)
     ref[3] = float(P[3].argmax() == Q[3].argmax())
-    np.testing.assert_allclose(res[0], ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a16, ref, rtol=0, atol=1e-12)
 
 
 def test_alpha_threads_identical():

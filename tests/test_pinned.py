@@ -18,6 +18,15 @@ with open(cases.OUTPUTS) as _fh:
     PINNED = json.load(_fh)
 
 
+def _first_sentences(outputs):
+    """Warnings keep their first sentence (what differs from the recording); the rest of the text changed on
+    purpose in #11 (it quoted a figure from a past issue that this repository cannot reproduce)."""
+    for v in outputs.values():
+        if isinstance(v, dict) and "warnings" in v:
+            v["warnings"] = [w.split(". The recorded contexts")[0] for w in v["warnings"]]
+    return outputs
+
+
 def _group(prefix):
     return {k: v for k, v in PINNED.items() if k.startswith(prefix)}
 
@@ -26,8 +35,9 @@ def _group(prefix):
 @pytest.mark.parametrize("group, compute", [("verify", cases.verify_outputs), ("simulate", cases.simulate_outputs),
                                             ("alpha", cases.alpha_outputs)])
 def test_outputs_equal_the_pins(group, compute):
-    got = cases.normalize(compute())
-    expected = {k: v for k, v in PINNED.items() if k in got or k.startswith(group)}
+    got = _first_sentences(cases.normalize(compute()))
+    expected = _first_sentences({k: json.loads(json.dumps(v)) for k, v in PINNED.items()
+                                 if k in got or k.startswith(group)})
     assert expected, group
     cases.compare(expected, got)
 

@@ -1,13 +1,24 @@
-"""Sampling-parameter processing: fexp accuracy, row_params contract, probabilities vs the naive reference."""
+"""Sampling-parameter processing: fexp accuracy, the cutoff contract, probabilities vs the naive reference."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import naive
-from fastspec._fastexp import FEXP_REL_ERROR_BOUND, fexp_array
-from fastspec._process import (kth_largest, prob_at, probabilities, row_params, top_p_cutoff,
-                               validate_sampling_params)
+import numba
+
+from fastspec import probabilities
+from fastspec._kernels.process import kth_largest, row_cutoff, top_p_cutoff
+from fastspec._kernels.rows import argmax_of, row_max
+from fastspec._numba.fastexp import FEXP_REL_ERROR_BOUND, fexp
+from fastspec.params import per_row
+
+
+@numba.njit
+def fexp_array(y, out):
+    for i in range(y.shape[0]):
+        out[i] = fexp(y[i])
+    return out
 
 
 def test_fexp_error_bound():
@@ -61,20 +72,21 @@ def test_probabilities_matches_naive(kw, V):
     np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-12)
 
 
-def test_row_params_contract():
+def test_row_cutoff_contract():
     rng = np.random.default_rng(3)
     x = rng.standard_normal(1000)
     x[[5, 9]] = x.max() + 1.0  # tie for the max: lowest index wins
     scratch = np.empty(1000)
-    m, inv_t, thr, z, amax = row_params(x, 0.5, 50, 0.9, 0.01, scratch)
-    assert amax == 5 and m == x[5] and inv_t == 2.0 and z >= 1.0
-    p = np.array([prob_at(v, m, inv_t, thr, z) for v in x])
-    np.testing.assert_allclose(p, naive.probabilities_row(x, 0.5, 50, 0.9, 0.01), atol=1e-12)
-    assert set(np.flatnonzero(p > 0)) == set(np.flatnonzero(x >= thr))
-    g = row_params(x, 0.0, 0, 1.0, 0.0, scratch)
-    assert g == (x[5], 0.0, x[5], 1.0, 5)
-    free = row_params(x.astype(np.float32), 1.0, 0, 1.0, 0.0, scratch)
-    assert free[2] == -np.inf
+    m = row_max(x)
+    assert m == x[5] and argmax_of(x, m) == 5
+    inv_t, thr = row_cutoff(x, m, 0.5, 50, 0.9, 0.01, scratch)
+    assert inv_t == 2.0
+    w = np.where(x >= thr, np.exp((x - m) * inv_t), 0.0)
+    np.testing.assert_allclose(w / w.sum(), naive.probabilities_row(x, 0.5, 50, 0.9, 0.01), atol=1e-12)
+    np.testing.assert_allclose(probabilities(x, temperature=0.5, top_k=50, top_p=0.9, min_p=0.01), w / w.sum(),
+                               atol=1e-15)
+    x32 = x.astype(np.float32)
+    assert row_cutoff(x32, row_max(x32), 1.0, 0, 1.0, 0.0, scratch)[1] == -np.inf  # nothing filtered
 
 
 def test_ties_at_cutoffs_are_kept():
@@ -135,8 +147,8 @@ def test_bad_logits():
         probabilities(np.array(["a", "b"]))
 
 
-def test_validate_sampling_params_per_row():
-    t, k, p, mp = validate_sampling_params(3, [0.0, 1.0, 2.0], 5, 0.9, 0.0)
+def test_per_row_params():
+    t, k, p, mp = per_row(3, [0.0, 1.0, 2.0], 5, 0.9, 0.0)
     assert t.tolist() == [0.0, 1.0, 2.0] and k.tolist() == [5, 5, 5] and p.dtype == np.float64
     with pytest.raises(ValueError, match=r"top_p\[1\]"):
-        validate_sampling_params(3, 1.0, 0, [1.0, 0.0, 0.5], 0.0)
+        per_row(3, 1.0, 0, [1.0, 0.0, 0.5], 0.0)

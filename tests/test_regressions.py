@@ -117,7 +117,7 @@ def test_huge_integers_are_bad_input_not_crashes(tmp_path):
 
 
 def test_bernoulli_blocks_do_not_change_results():
-    from fastspec.simulate import _bernoulli
+    from fastspec.simulate.runners import bernoulli as _bernoulli
 
     rng = np.random.default_rng(4)
     alpha = rng.random((37, 30))

@@ -1,11 +1,12 @@
-"""Counter-based uniforms: in (0, 1], reproducible, well spread, independent of call order."""
+"""Counter-based uniforms: in (0, 1], reproducible, well spread, independent of call order; the seed range."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from scipy import stats
 
-from fastspec import _rng
+from fastspec._numba import rng as _rng
 
 
 def test_uniform_range_and_determinism():
@@ -15,9 +16,20 @@ def test_uniform_range_and_determinism():
     assert np.array_equal(us, again)  # a pure function of its counters
 
 
-def test_uniform_never_zero_at_smallest_hash():
-    # the mapping (h >> 11) + 1 makes the smallest possible uniform 2**-53, never 0
-    assert (0.0 + 1.0) * 2.0 ** -53 > 0
+@numba.njit
+def _to_uniform(h):
+    """The generator's own mapping from a 64-bit hash to (0, 1] (as in fastspec._numba.rng.uniform)."""
+    return (np.float64(h >> np.uint64(11)) + 1.0) * _rng._INV53
+
+
+def test_uniform_is_never_zero_even_at_the_smallest_hash():
+    # uniform() maps the top 53 bits of the hash h to ((h >> 11) + 1) / 2**53: check the real generator against
+    # that formula, then the formula at the extreme hashes (0 and 2**64 - 1)
+    for key in [(1, 2, 3, 4), (0, 0, 0, 0), (-1, 7, 9, 11)]:
+        h = _rng.hash4(*key)
+        assert _rng.uniform(*key) == _to_uniform(np.uint64(h))
+    assert _to_uniform(np.uint64(0)) == 2.0 ** -53 > 0
+    assert _to_uniform(np.uint64(2 ** 64 - 1)) == 1.0
 
 
 def test_uniformity_and_stream_independence():
@@ -33,6 +45,16 @@ def test_uniformity_and_stream_independence():
     assert abs(np.corrcoef(a, b)[0, 1]) < 6 / np.sqrt(n)
 
 
+def test_named_streams_keep_their_counters():
+    # the streams' keys are fixed forever (changing them changes every sampled token)
+    assert _rng.accept_uniform(5, 3) == _rng.uniform(5, 3, 1, 0)
+    assert _rng.residual_uniform(5, 3) == _rng.uniform(5, 3, 2, 0)
+    assert _rng.bonus_uniform(5, 3) == _rng.uniform(5, 3, 3, 0)
+    assert _rng.block_uniform(5, 3) == _rng.uniform(5, 3, 5, 0)
+    assert _rng.candidate_uniform(5, 3, 2) == _rng.uniform(5, 3, 6, 2)
+    assert _rng.replay_draft_uniform(5, 9, 4, 7) == _rng.uniform(5, 9, 4 * 16 + 4, 7)
+
+
 def test_row_seeds():
     s = _rng.row_seeds(5, 4)
     assert s.dtype == np.int64 and len(set(s.tolist())) == 4
@@ -43,3 +65,15 @@ def test_row_seeds():
         _rng.row_seeds([1, 2], 3)
     with pytest.raises(TypeError, match="seed must be an integer"):
         _rng.row_seeds(1.5, 3)
+
+
+def test_seed_range_is_the_same_before_and_after_other_calls():
+    # [-2**63, 2**64) is accepted, modulo 2**64: 2**64 - 1 and -1 are one seed, whatever was called before
+    first = _rng.row_seeds(2 ** 64 - 1, 3)
+    _rng.row_seeds(7, 3)
+    assert np.array_equal(_rng.row_seeds(2 ** 64 - 1, 3), first)
+    assert np.array_equal(_rng.row_seeds(-1, 3), first)
+    assert np.array_equal(_rng.row_seeds(np.array([2 ** 64 - 1], dtype=np.uint64), 1), [-1])
+    for bad in (2 ** 64, -(2 ** 63) - 1):
+        with pytest.raises(ValueError, match=r"\[-2\*\*63, 2\*\*64\)"):
+            _rng.row_seeds(bad, 2)

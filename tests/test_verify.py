@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import naive
-from fastspec import exact, probabilities, row_seeds, verify_logits, verify_probs
-from fastspec._rng import PURPOSE_ACCEPT, PURPOSE_BONUS, PURPOSE_RESIDUAL, uniform
-from fastspec.verify import verification_distributions, verification_distributions_logits
+from fastspec import exact, probabilities, row_seeds, sample_tokens, verify_logits, verify_probs
+from fastspec._numba.rng import accept_uniform, bonus_uniform, residual_uniform
+from kernel_probes import verification_distributions, verification_distributions_logits
 
 
 def onehot_logits(argmaxes, V=8):
@@ -107,13 +107,12 @@ def naive_batch(p, q, toks, nd, seeds):
     out = np.full((B, K1), -1)
     for b in range(B):
         n = nd[b]
-        ua = [uniform(seeds[b], i, PURPOSE_ACCEPT, 0) for i in range(n)]
+        ua = [accept_uniform(seeds[b], i) for i in range(n)]
         em = naive.verify_with_uniforms(p[b], None if q is None else q[b], toks[b, :n], ua, 0.0)
         pos = len(em) - 1
-        purpose = PURPOSE_BONUS if pos == n and len(em) == n + 1 and all(
-            ua[i] * (1 if q is None else q[b, i, toks[b, i]]) <= p[b, i, toks[b, i]] for i in range(n)) \
-            else PURPOSE_RESIDUAL
-        us = uniform(seeds[b], pos, purpose, 0)
+        bonus = pos == n and len(em) == n + 1 and all(
+            ua[i] * (1 if q is None else q[b, i, toks[b, i]]) <= p[b, i, toks[b, i]] for i in range(n))
+        us = (bonus_uniform if bonus else residual_uniform)(seeds[b], pos)
         em = naive.verify_with_uniforms(p[b], None if q is None else q[b], toks[b, :n], ua, us)
         out[b, :len(em)] = em
     return out
@@ -173,7 +172,7 @@ def _find_seed(threshold):
     @numba.njit
     def go(th):
         for s in range(50_000_000):
-            if uniform(s, 0, PURPOSE_ACCEPT, 0) > th:
+            if accept_uniform(s, 0) > th:
                 return s
         return -1
     return go(threshold)
@@ -225,7 +224,8 @@ def test_ids_below_vocab(V):
     cut = V - min(2000, V // 4)
     x[:, :, cut:] = -np.inf
     d = rng.standard_normal((3, 2, V)).astype(np.float32)
-    r = verify_logits(x, d, rng.integers(0, V, (3, 2)), seed=9, top_p=0.95)
+    toks = sample_tokens(d, rng.random((3, 2)) + 1e-9, top_p=0.95)  # drafts the processed q can propose
+    r = verify_logits(x, d, toks, seed=9, top_p=0.95)
     assert ((r.tokens[:, 0] >= 0) & (r.tokens < V)).all() and (r.tokens[r.tokens >= 0] < cut).all()
 
 

@@ -1,0 +1,130 @@
+"""The cost model of a verify step, in units of one target forward.
+
+``step_cost(k) = k * draft_cost + verify(k)``: k draft forwards (one per drafted token) and one target forward
+over the k drafts plus one position, whose cost relative to a plain decode step is ``verify(k)``: a constant,
+a linear ``const + slope * k``, or a table of measured per-k costs.  Speed-up = tokens per verify step /
+step_cost(k) (plain decoding makes one token per target forward).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..errors import InvalidInput, InvalidType
+
+__all__ = ["VerifyCost", "CostModel"]
+
+
+def _positive(v: float, name: str) -> float:
+    if not (math.isfinite(v) and v > 0):
+        raise InvalidInput(f"{name} = {v!r} must be a finite number > 0")
+    return v
+
+
+def _parse_table(obj, name: str) -> dict[int, float]:
+    if not isinstance(obj, Mapping) or not obj:
+        raise InvalidInput(f"{name}: a table must be a non-empty JSON object {{\"k\": cost, ...}}")
+    out = {}
+    for key, val in obj.items():
+        try:
+            k = int(key)
+        except (TypeError, ValueError):
+            raise InvalidInput(f"{name}: key {key!r} is not an integer k") from None
+        if k < 1:
+            raise InvalidInput(f"{name}: key {key!r}: k must be >= 1")
+        if isinstance(val, bool) or not isinstance(val, (int, float)):
+            raise InvalidInput(f"{name}[{key!r}] = {val!r} is not a number")
+        out[k] = _positive(float(val), f"{name}[{key!r}]")
+    return out
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """The target's verify-step cost as a function of k, relative to one target forward.
+
+    Either linear ``const + slope * k`` or a table ``{k: cost}`` of measured per-k times.
+    """
+
+    const: float = 1.0
+    slope: float = 0.0
+    table: Mapping[int, float] | None = None
+
+    def __call__(self, k: int) -> float:
+        if self.table is not None:
+            if k not in self.table:
+                raise InvalidInput(f"verify-cost table has no entry for k = {k}; it covers k = "
+                                   f"{', '.join(map(str, sorted(self.table)))}")
+            return float(self.table[k])
+        return self.const + self.slope * k
+
+    def describe(self) -> str:
+        if self.table is not None:
+            return "table " + json.dumps({str(k): v for k, v in sorted(self.table.items())})
+        return f"{self.const:g} + {self.slope:g}*k" if self.slope else f"{self.const:g}"
+
+    @classmethod
+    def parse(cls, spec) -> "VerifyCost":
+        """``None``/number -> constant; ``"1+0.05k"`` (also ``1 + 0.05*k``, ``0.05k+1``) -> linear;
+        a mapping, a JSON object string or a path to a ``.json`` file ``{"1": 1.02, "4": 1.10}`` -> table."""
+        if spec is None:
+            return cls()
+        if isinstance(spec, Mapping):
+            return cls(table=_parse_table(spec, "verify_cost"))
+        if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+            return cls(const=_positive(float(spec), "verify_cost"))
+        if not isinstance(spec, str):
+            raise InvalidType(f"verify_cost must be a number, a 'a+b*k' string, a mapping or a JSON path, "
+                              f"got {type(spec).__name__}")
+        text = spec.strip()
+        if text.startswith("{"):
+            try:
+                return cls(table=_parse_table(json.loads(text), "verify_cost"))
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(f"verify_cost: invalid JSON table ({exc.msg})") from None
+        if text.endswith(".json") or os.path.sep in text:
+            if not os.path.isfile(text):
+                raise InvalidInput(f"verify_cost: no such file {text!r}")
+            with open(text) as fh:
+                try:
+                    return cls(table=_parse_table(json.load(fh), f"verify_cost ({text})"))
+                except json.JSONDecodeError as exc:
+                    raise InvalidInput(f"verify_cost: {text} is not valid JSON ({exc.msg})") from None
+        const, slope = 0.0, 0.0
+        compact = text.replace(" ", "").replace("*", "")
+        if not compact or not re.fullmatch(r"[0-9eE.+\-k]+", compact):
+            raise InvalidInput(f"verify_cost {spec!r} is not understood; write e.g. 1, 1+0.05k or a JSON table")
+        for term in re.findall(r"[+\-]?[^+\-]+(?:[eE][+\-]?[0-9]+)?", compact):
+            try:
+                if term.endswith("k"):
+                    coef = term[:-1]
+                    slope += float(coef + "1" if coef in ("", "+", "-") else coef)
+                else:
+                    const += float(term)
+            except ValueError:
+                raise InvalidInput(f"verify_cost {spec!r}: cannot read the term {term!r}; write e.g. 1+0.05k") \
+                    from None
+        if not (math.isfinite(const) and math.isfinite(slope)):
+            raise InvalidInput(f"verify_cost {spec!r} must be finite")
+        return cls(const=const, slope=slope)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Cost of one verify step with k drafts, in units of one target forward: ``k * draft_cost + verify(k)``."""
+
+    draft_cost: float = 0.0
+    verify: VerifyCost = field(default_factory=VerifyCost)
+
+    def step_cost(self, k: int) -> float:
+        cost = k * self.draft_cost + self.verify(k)
+        if not cost > 0:
+            raise InvalidInput(f"the cost model gives a step cost of {cost!r} at k = {k}; it must be > 0")
+        return cost
+
+    def speedup(self, tokens_per_step: float, k: int) -> float:
+        """Tokens per unit of target-forward time, relative to plain decoding (1 token per target forward)."""
+        return tokens_per_step / self.step_cost(k)

@@ -1,0 +1,113 @@
+"""What :func:`fastspec.simulate` returns; ``as_dict()`` is the command line's ``--json`` object (names stable)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DraftKResult", "SimulationResult", "ASSUMPTIONS", "VARIANT_ASSUMPTIONS", "BLOCK_EXACT_REASON"]
+
+
+@dataclass
+class DraftKResult:
+    """Figures for one (draft, k) -- and verification variant.  JSON names (see :meth:`as_dict`) are stable."""
+
+    draft: str
+    k: int
+    alpha: float | None
+    mean_acceptance_length: float | None
+    ci95: tuple[float, float] | None
+    mean_acceptance_length_exact: float | None
+    draft_acceptance_rate: float | None
+    per_position_acceptance: list[float] | None
+    accepted_length_histogram: list[float] | None
+    speedup: float | None
+    standard_error: float | None = None
+    mc_vs_exact_z: float | None = None
+    mc_agrees_with_exact: bool | None = None
+    draft_acceptance_rate_exact: float | None = None
+    per_position_acceptance_exact: list[float] | None = None
+    alpha_lower: float | None = None
+    alpha_upper: float | None = None
+    mean_acceptance_length_lower: float | None = None
+    mean_acceptance_length_upper: float | None = None
+    speedup_lower: float | None = None
+    speedup_upper: float | None = None
+    speedup_closed_form: float | None = None
+    mean_acceptance_length_closed_form: float | None = None
+    verify_steps: int | None = None
+    token_check: dict | None = None
+    verify: str = "token"
+    candidates: int = 1
+    candidate_sampling: str | None = None
+    exact_reason: str | None = None
+    mc_method: str | None = None
+
+    def as_dict(self) -> dict:
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d["ci95"] = list(self.ci95) if self.ci95 is not None else None
+        return d
+
+
+@dataclass
+class SimulationResult:
+    """What :func:`fastspec.simulate` computed; ``as_dict()`` is the CLI's ``--json`` object."""
+
+    dump: str
+    config: dict
+    results: list[DraftKResult]
+    best: dict[str, int | None]
+    warnings: list[str]
+    alpha_summary: dict[str, dict]
+    assumptions: list[str]
+
+    def as_dict(self) -> dict:
+        return {"dump": self.dump, "config": self.config, "results": [r.as_dict() for r in self.results],
+                "best": self.best, "warnings": self.warnings, "alpha_summary": self.alpha_summary,
+                "assumptions": self.assumptions}
+
+    @property
+    def disagreements(self) -> list[DraftKResult]:
+        """Rows whose Monte-Carlo estimate is inconsistent with the exact expectation (or token check)."""
+        return [r for r in self.results
+                if r.mc_agrees_with_exact is False or (r.token_check is not None and not r.token_check["passed"])]
+
+
+ASSUMPTIONS = [
+    "trajectory replay: contexts follow the recorded sequences, whatever was accepted",
+    "offline estimate from recorded distributions, not a deployment measurement",
+    "end of sequence: a step at position t drafts min(k, L-1-t) tokens; the last token alone is a plain "
+    "target step and is not counted",
+    "ci95: batch means over independent groups of trials (Monte-Carlo uncertainty given the recorded "
+    "trajectories, not uncertainty over prompts)",
+    "speedup = tokens per verify step / (k * draft_cost + verify_cost(k)), costs relative to one target forward",
+]
+
+VARIANT_ASSUMPTIONS = {
+    "candidates": "candidates w > 1: at each drafted position w fresh candidates are judged by recursive rejection "
+    "sampling against the recorded p_t, q_t; the event 'some candidate accepted' has probability beta_t(w) "
+    "(iid: 1 - prod_s (1 - a_s) over the residual chain, O(V w); deterministic: target mass of the top-w draft "
+    "logits), independent across positions, so the DP and the Bernoulli replay apply to beta_t(w) unchanged; "
+    "the replay keeps the recorded contexts (a real tree would continue from the accepted candidate)",
+    "block": "block verification: real drafted tokens (x ~ q_t) through verify_logits(method='block') along the "
+    "recorded contexts; Monte-Carlo only (no exact expectation, see exact_reason)",
+}
+
+BLOCK_EXACT_REASON = ("block verification's acceptance depends on the joint law of the drafted tokens' ratio chain "
+                      "w_i = min(w_{i-1} p(x_i)/q(x_i), 1), not on per-position summaries: no exact expectation is "
+                      "computed from the dump (P(tau >= i) = E[w_i] per block, but the expectation over the "
+                      "trajectory needs the law of w, V^k terms); Monte-Carlo through fastspec's block kernel only")
+
+
+def sampling_warnings(metadata, sp) -> list[str]:
+    """Warnings when the analysed sampling configuration is not the one the trajectories were sampled with."""
+    from ..params import SamplingParams
+
+    rec = SamplingParams.recorded(metadata)
+    if rec is None:
+        return ["the dump does not record the sampling config its trajectories were sampled with (metadata "
+                "'temperature' missing): the replayed contexts may not follow the serving distribution"]
+    diff = sp.differences(rec)
+    if not diff:
+        return []
+    return ["the requested sampling config differs from the one the dump's trajectories were sampled with: "
+            + ", ".join(diff) + ". The recorded contexts then do not follow the serving distribution, so the "
+            "prediction describes the recorded contexts, not those the requested config would produce"]
