@@ -8,12 +8,21 @@ import typer
 from rich.table import Table
 
 from fastspec import exact as E
+from fastspec.errors import InvalidInput, InvalidType
 
-from ._common import fail, parse_float_list, print_json, stdout_console
+from ._common import fail, print_json, stdout_console
 from .main import app
 
 _P_HELP = "Target distribution p, comma-separated (decimals are exact: 0.1 means 1/10; 1/3 also works)."
 _Q_HELP = "Draft distribution q, comma-separated, same length as p."
+_NORMALIZE_HELP = "Divide p and q by their sums instead of requiring sum 1."
+_TYPICAL_DEFAULTS = E.policy_parameters("typical_acceptance")
+#: the policies' parameters as this command names them: parameter -> (flag, what it is)
+_PARAMS = {
+    "tau": ("--tau", "the draft-probability threshold below which a drafted candidate is dropped"),
+    "epsilon": ("--epsilon", "typical acceptance's hard threshold"),
+    "delta": ("--delta", "typical acceptance's entropy-scaled threshold"),
+}
 
 
 def _fmt(x: Fraction | None) -> str:
@@ -22,22 +31,71 @@ def _fmt(x: Fraction | None) -> str:
     return str(x)
 
 
+def _number(text: str, flag: str, index: int | None = None) -> Fraction:
+    """One exact number as the library reads it ("0.1" is 1/10, "1/3" works); a bad one ends the command."""
+    try:
+        return E.to_fraction(text, flag, index)
+    except (InvalidInput, InvalidType) as exc:
+        fail(str(exc))
+
+
+def _entries(text: str, flag: str) -> list[Fraction]:
+    """A comma-separated list of exact numbers given to ``flag``."""
+    if text is None or not text.strip():
+        fail(f"{flag} is empty; give comma-separated probabilities, e.g. {flag} 0.5,0.3,0.2")
+    items = [t.strip() for t in text.split(",")]
+    for i, t in enumerate(items):
+        if not t:
+            fail(f"{flag} has an empty entry at index {i}; give comma-separated numbers, e.g. 0.5,0.3,0.2")
+    return [_number(t, flag, i) for i, t in enumerate(items)]
+
+
+def _distribution(values: list[Fraction], flag: str, normalize: bool):
+    # The library checks the entries (names them flag[i]); the sum rule is this command's, with its own flag.
+    try:
+        dist = E.as_distribution(values, flag, normalize=True)
+    except (InvalidInput, InvalidType) as exc:
+        fail(str(exc))
+    total = sum(values, Fraction(0))
+    if not normalize and total != 1:
+        fail(f"{flag} sums to {total} (= {float(total):.12g}), not 1; fix the entries or pass --normalize "
+             "to divide them by their sum")
+    return dist
+
+
 def _pair(p: str, q: str, normalize: bool):
-    ps = parse_float_list(p, "--p")
-    qs = parse_float_list(q, "--q")
+    ps, qs = _entries(p, "--p"), _entries(q, "--q")
     if len(ps) != len(qs):
         fail(f"length mismatch: --p has {len(ps)} entries, --q has {len(qs)}; both must cover the same vocabulary")
+    return _distribution(ps, "--p", normalize), _distribution(qs, "--q", normalize)
+
+
+def _policy(name: str, given: dict):
+    """The policy ``name`` with the parameters given on the command line (None: not given)."""
     try:
-        return E.as_distribution(ps, "--p", normalize=normalize), E.as_distribution(qs, "--q", normalize=normalize)
-    except (ValueError, TypeError) as exc:
-        fail(str(exc).replace("normalize=True (CLI: --normalize)", "--normalize"))
+        takes = E.policy_parameters(name)
+    except (InvalidInput, InvalidType) as exc:
+        fail(str(exc))
+    for param, value in given.items():
+        flag, what = _PARAMS[param]
+        if value is not None and param not in takes:
+            takers = [n for n in E.POLICIES if param in E.policy_parameters(n)]
+            fail(f"{flag} does not apply to policy {name!r}; it is for: {', '.join(takers)}")
+        if value is None and param in takes and takes[param] is None:
+            fail(f"policy {name!r} needs {flag}, {what}; e.g. {flag} 0.3")
+    values = {param: _number(v, _PARAMS[param][0]) for param, v in given.items() if v is not None}
+    try:
+        return E.get_policy(name, **values)
+    except (InvalidInput, InvalidType) as exc:
+        flags = " ".join(f"{_PARAMS[param][0]} {given[param]}" for param in values)
+        fail(f"{flags}: {exc}")
 
 
 @app.command("exact")
 def exact_command(
     p: str = typer.Option(..., "--p", help=_P_HELP),
     q: str = typer.Option(..., "--q", help=_Q_HELP),
-    normalize: bool = typer.Option(False, "--normalize", help="Divide p and q by their sums instead of requiring sum 1."),
+    normalize: bool = typer.Option(False, "--normalize", help=_NORMALIZE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (fractions as \"n/d\" strings)."),
 ) -> None:
     """Verify one drafted position exactly: accepted mass, residual, recovered distribution, output == p."""
@@ -76,23 +134,18 @@ def audit_command(
     policy: str = typer.Option("standard", "--policy", help="Verification policy: " + ", ".join(E.POLICIES) + "."),
     p: str = typer.Option(..., "--p", help=_P_HELP),
     q: str = typer.Option(..., "--q", help=_Q_HELP),
-    tau: Optional[str] = typer.Option(None, "--tau", help="Draft-probability threshold for the prune_* policies."),
-    epsilon: str = typer.Option("0.09", "--epsilon", help="typical_acceptance: hard threshold epsilon."),
-    delta: str = typer.Option("0.3", "--delta", help="typical_acceptance: entropy-scaled threshold delta."),
-    normalize: bool = typer.Option(False, "--normalize", help="Divide p and q by their sums instead of requiring sum 1."),
+    tau: Optional[str] = typer.Option(None, "--tau", help="prune_* policies (required there): draft-probability "
+                                      "threshold below which a drafted candidate is dropped."),
+    epsilon: Optional[str] = typer.Option(None, "--epsilon", help="typical_acceptance: hard threshold epsilon "
+                                          f"(default {_TYPICAL_DEFAULTS['epsilon']})."),
+    delta: Optional[str] = typer.Option(None, "--delta", help="typical_acceptance: entropy-scaled threshold delta "
+                                        f"(default {_TYPICAL_DEFAULTS['delta']})."),
+    normalize: bool = typer.Option(False, "--normalize", help=_NORMALIZE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (fractions as \"n/d\" strings)."),
 ) -> None:
     """Exact output distribution of a verification policy, its acceptance and its TV distance to p."""
-    if policy not in E.POLICIES:
-        fail(f"unknown policy {policy!r}; choose one of: {', '.join(E.POLICIES)}")
+    pol = _policy(policy, {"tau": tau, "epsilon": epsilon, "delta": delta})
     pd, qd = _pair(p, q, normalize)
-    for name, value in (("--tau", tau), ("--epsilon", epsilon), ("--delta", delta)):
-        if value is not None:
-            parse_float_list(value, name)
-    try:
-        pol = E.get_policy(policy, tau=tau, epsilon=epsilon, delta=delta)
-    except ValueError as exc:
-        fail(str(exc).replace("tau (CLI: --tau)", "--tau"))
     res = E.audit_step(pd, qd, pol)
     if as_json:
         print_json({

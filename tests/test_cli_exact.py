@@ -57,7 +57,7 @@ def test_exact_normalize():
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--p", "0.5,abc", "--q", "0.5,0.5"], "--p entry 1 is 'abc', not a number"),
+        (["--p", "0.5,abc", "--q", "0.5,0.5"], "--p[1] is 'abc', not a number"),
         (["--p", "", "--q", "0.5,0.5"], "--p is empty"),
         (["--p", "0.5,,0.5", "--q", "0.5,0.2,0.3"], "empty entry at index 1"),
         (["--p", "0.5,0.5", "--q", "1"], "length mismatch"),
@@ -110,9 +110,9 @@ def test_audit_human():
     [
         (["--policy", "bogus", "--p", "1", "--q", "1"], "unknown policy 'bogus'"),
         (["--policy", "prune_by_draft_prob", "--p", "1", "--q", "1"], "needs --tau"),
-        (["--policy", "prune_by_draft_prob", "--tau", "x", "--p", "1", "--q", "1"], "--tau entry 0 is 'x'"),
+        (["--policy", "prune_by_draft_prob", "--tau", "x", "--p", "1", "--q", "1"], "--tau is 'x', not a number"),
         (["--policy", "prune_by_draft_prob", "--tau", "2", "--p", "1", "--q", "1"], "must lie in [0, 1]"),
-        (["--p", "0.5,0.5", "--q", "0.5,x"], "--q entry 1"),
+        (["--p", "0.5,0.5", "--q", "0.5,x"], "--q[1] is 'x', not a number"),
         (["--p", "0.3,0.3", "--q", "0.5,0.5"], "sums to 3/5"),
     ],
 )
@@ -133,3 +133,54 @@ def test_unknown_command_and_no_args():
 def test_help_lists_commands():
     r = run("--help")
     assert r.exit_code == 0 and "exact" in r.stdout and "audit" in r.stdout
+
+
+# ----------------------------------------------------------------- regressions (issue 11)
+
+def test_exact_accepts_fractions_as_the_help_says():
+    r = run("exact", "--p", "1/3,2/3", "--q", "1/2, 1/2", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["p"] == ["1/3", "2/3"] and d["acceptance"] == "5/6" and d["recovered"] == ["0/1", "1/1"]
+    r = run("audit", "--policy", "prune_by_draft_prob", "--tau", "1/3", "--p", "1/2,3/10,1/5", "--q", "1/5,1/2,3/10",
+            "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["params"] == {"tau": "1/3"}
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--tau", "0.3"], "--tau does not apply to policy 'standard'; it is for: prune_by_draft_prob, "
+                           "prune_by_draft_prob_corrected"),
+        (["--policy", "exact_match", "--epsilon", "0.1"], "--epsilon does not apply to policy 'exact_match'"),
+        (["--policy", "prune_by_draft_prob", "--tau", "0.3", "--delta", "1"], "--delta does not apply"),
+        (["--policy", "typical_acceptance", "--tau", "0.3"], "--tau does not apply to policy 'typical_acceptance'"),
+        (["--policy", "typical_acceptance", "--epsilon", "-1"], "--epsilon -1: epsilon = -1 must be >= 0"),
+        (["--policy", "prune_by_draft_prob", "--tau", "1/0"], "--tau is '1/0', not a number"),
+        (["--p", "1/3,1/3", "--q", "1/2,1/2"], "--p sums to 2/3"),
+        (["--p", "nan,1", "--q", "1/2,1/2"], "--p[0] is 'nan'; probabilities must be finite"),
+    ],
+)
+def test_audit_refuses_what_it_would_ignore(args, needle):
+    pq = [] if "--p" in args else ["--p", "0.5,0.5", "--q", "0.5,0.5"]
+    r = run("audit", *args, *pq)
+    assert r.exit_code == 2, r.stdout
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "normalize=True" not in r.stderr and "CLI" not in r.stderr
+
+
+def test_typical_acceptance_defaults_still_apply():
+    r = run("audit", "--policy", "typical_acceptance", "--p", "0.5,0.3,0.2", "--q", "0.2,0.5,0.3", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["params"] == {"epsilon": "9/100", "delta": "3/10"} and d["total_variation"] == "3/10"
+
+
+def test_help_names_the_defaults_and_the_fraction_syntax():
+    r = run("audit", "--help")
+    assert r.exit_code == 0
+    text = " ".join(r.stdout.replace("\u2502", " ").split())  # rich draws a box: drop its edges
+    assert "default 0.09" in text and "default 0.3" in text and "1/3 also works" in text

@@ -167,8 +167,8 @@ def test_exact_policies_have_zero_tv(pq):
 @given(pq_pairs(max_vocab=8))
 def test_lossy_policies_are_biased_exactly_when_expected(pq):
     p, q = pq
-    residual = tuple(max(a - b, 0) for a, b in zip(p, q))
-    rej = 1 - sum(min(a, b) for a, b in zip(p, q))
+    residual = tuple(max(a - b, 0) for a, b in zip(p, q, strict=True))
+    rej = 1 - sum(min(a, b) for a, b in zip(p, q, strict=True))
     # unnormalized residual: biased iff rejection is possible and the fall-through distribution
     # (residual, plus the missing mass on the last token) differs from the normalized residual
     a = E.audit_step(p, q, "unnormalized_residual")
@@ -229,21 +229,21 @@ def test_sequence_equals_target(seed, vocab, k, length):
 def test_accepted_count_closed_form_iid():
     # context-free models: the number of accepted drafts is truncated-geometric in alpha
     p, q = WORKED_P, WORKED_Q
-    b = E.block_distribution(lambda pre: p, lambda pre: q, 3)
+    b = E.block_distribution(lambda _pre: p, lambda _pre: q, 3)
     a = F(7, 10)
     assert b.accepted_count == ((1 - a), a * (1 - a), a * a * (1 - a), a ** 3)
     assert b.expected_tokens == (1 - a ** 4) / (1 - a)
 
 
 def test_block_with_k_zero_is_bonus_only():
-    b = E.block_distribution(lambda pre: WORKED_P, lambda pre: WORKED_Q, 0)
+    b = E.block_distribution(lambda _pre: WORKED_P, lambda _pre: WORKED_Q, 0)
     assert b.emitted == {(0,): F(1, 2), (1,): F(3, 10), (2,): F(1, 5)}
     assert b.expected_tokens == 1
 
 
 def test_greedy_block():
     t = lambda pre: (0, 1, 0) if len(pre) % 2 == 0 else (1, 0, 0)  # noqa: E731
-    d = lambda pre: (0, 1, 0)  # noqa: E731 - always drafts token 1
+    d = lambda _pre: (0, 1, 0)  # noqa: E731 - always drafts token 1
     b = E.block_distribution(t, d, 3)
     # draft 1 accepted, draft 1 rejected (target wants 0), recovered = 0
     assert b.emitted == {(1, 0): 1}
@@ -260,10 +260,10 @@ def test_lossy_policy_visible_in_blocks_and_sequences():
 
 def test_model_errors():
     with pytest.raises(ValueError, match="vocabulary has 2"):
-        E.block_distribution(lambda pre: (F(1, 2), F(1, 2)), lambda pre: (1, 0, 0), 1)
+        E.block_distribution(lambda _pre: (F(1, 2), F(1, 2)), lambda _pre: (1, 0, 0), 1)
     with pytest.raises(ValueError, match="k must be an integer"):
-        E.block_distribution(lambda pre: (1,), lambda pre: (1,), -1)
+        E.block_distribution(lambda _pre: (1,), lambda _pre: (1,), -1)
     with pytest.raises(TypeError, match="target must be a function"):
-        E.block_distribution([1], lambda pre: (1,), 1)
+        E.block_distribution([1], lambda _pre: (1,), 1)
     with pytest.raises(ValueError, match=r"target\(\(\)\) sums to"):
-        E.block_distribution(lambda pre: ("0.5", "0.4"), lambda pre: ("0.5", "0.5"), 1)
+        E.block_distribution(lambda _pre: ("0.5", "0.4"), lambda _pre: ("0.5", "0.5"), 1)
