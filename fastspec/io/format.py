@@ -4,7 +4,8 @@ Array names are ``<role>_<kind>[__<draft name>]``: role ``target`` or ``draft``,
 ``topk_ids`` + ``topk_logprobs`` (sparse).  A plain ``draft_*`` array belongs to the draft named ``draft``; the
 target takes no suffix.  Optional arrays: ``tokens``, ``lengths`` and the 0-d metadata :data:`METADATA`.
 
-This module only states rules; :mod:`fastspec.io.structure` applies them to the arrays of a file.
+This module states the rules and checks single values (a draft name, one metadata value);
+:mod:`fastspec.io.structure` applies them to the arrays of a file.
 """
 from __future__ import annotations
 
