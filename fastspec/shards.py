@@ -1,4 +1,4 @@
-"""Sharded dumps: many dump files analysed as one, serially or on a Dask cluster.
+"""Sharded dumps: many dump files analysed as one.
 
 A full-vocabulary dump outgrows one file (and one machine) quickly.  A *sharded dump* is a directory
 whose entries are dumps (``.npz`` files, or subdirectories of ``.npy`` files), all with the same drafts,
@@ -13,72 +13,38 @@ For a directory ``D``:
 * ``D`` directly holds ``.npy`` files -> ``D`` is ONE dump (the directory-of-``.npy`` layout of
   ``data/README.md``); nothing else in it is looked at;
 * otherwise, its shards are the ``.npz`` files in ``D`` and the subdirectories of ``D`` that hold at least
-  one ``.npy`` file; other entries (and names starting with ``.``) are ignored.  No shard -> ``ValueError``.
+  one ``.npy`` file; other entries (and names starting with ``.``) are ignored.  No shard -> ``DumpFormatError``.
 
 Shards are ordered by *natural* name order (``shard-2`` before ``shard-10``; zero-padded names sort the
 same either way).  That order defines the global row ids.
 
-Heavy pass on a cluster
------------------------
+The heavy pass
+--------------
 :meth:`ShardedDump.acceptance` computes the per-position α (dense) or α interval (sparse) for every draft
-of every shard with :func:`fastspec.acceptance.dump_acceptance` -- the same Numba kernels, on the same
-rows, hence bitwise the same numbers as one machine.  Without a client it loops over the shards here;
-with a ``dask.distributed.Client`` (duck-typed: ``map``, ``run``, ``cancel``; dask itself is imported
-lazily and only when a client is used) each shard is one task, and only the ``[n_i, T]`` float64 results
-travel back.  Workers must see the shard paths (shared storage) and run the same fastspec code: each
-task reports a hash of the kernel sources it runs, and a mismatch with this process is an error.  Bitwise
-equality also assumes the same CPU family (the row sums are vectorized, and the vector width decides
-the summation order); ``last_run["cpus"]`` lists the workers' CPU names.
+of every shard with :func:`fastspec.acceptance.dump_acceptance`: without a client it loops over the shards
+here; with a ``dask.distributed.Client`` each shard is one task on the cluster (:mod:`fastspec.distributed`;
+dask is imported only then).  Either way the numbers are bitwise those of the merged dump, and a shard with bad
+data stops the run with ``DumpFormatError("shard i of S: <the loader's message, which names the file, array and
+index>")``; no partial result is returned.
 
-* Numba threads per task: ``threads_per_worker`` if given, else ``usable cores of the worker's host //
-  worker processes on that host`` (at least 1); a process-wide lock keeps one kernel per worker process
-  running at a time, so Dask threads never multiply Numba threads.
-* A worker that dies mid-task is replaced and its task rerun by Dask (scheduler ``allowed-failures``);
-  other task exceptions (e.g. a transient I/O error) are retried ``retries`` times.
-* A shard with bad data (any ``ValueError`` from the loader or the kernels: those are deterministic, so
-  never retried) stops the run: the remaining tasks are cancelled and ``ValueError("shard i of S: <the
-  loader's message, which names the file, array and index>")`` is raised.  No partial result is returned.
-
-Token-mode simulation reads the logits on the client, shard after shard (``iter_chunks``), with global row
-ids, so its output equals the single-machine run too; only the α pass is distributed.
+Token-mode simulation reads the logits on the client, shard after shard (:meth:`ShardedDump.iter_chunks`), with
+global row ids, so its output equals the single-machine run too; only the α pass is distributed.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import threading
-import uuid
 from typing import Iterator
 
 import numpy as np
 
-from .io import DEFAULT_CHUNK_BYTES, ArrayInfo, Chunk, Dump, load_dump
+from ._numba.jit import SOURCE_FINGERPRINT as CODE_FINGERPRINT  # noqa: F401 - deprecated alias
+from .distributed import TASK_PREFIX, alpha_task, check_part, run_on_cluster
+from .errors import DumpFormatError, DumpNotFound, FastspecError, InvalidInput, InvalidType
+from .io import DEFAULT_CHUNK_BYTES, ArrayInfo, Chunk, Dump, DumpBase, load_dump
+from .io.format import kinds_of
 
 __all__ = ["ShardedDump", "load_any", "is_sharded", "list_shards", "TASK_PREFIX"]
-
-TASK_PREFIX = "fastspec-alpha"  # Dask keys of the α tasks: f"{TASK_PREFIX}-{shard index}-{run id}"
-
-_KERNEL_LOCK = threading.Lock()  # one α kernel per worker process at a time (Numba threads do the rest)
-_KERNEL_FILES = ("acceptance.py", "_fastexp.py", "_process.py", "_jit.py", "io.py")
-
-
-def _fingerprint() -> str:
-    """Hash of the sources the α pass runs (taken when this module is imported, like the code in memory)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for f in _KERNEL_FILES:
-        try:
-            with open(os.path.join(here, f), "rb") as fh:
-                h.update(fh.read())
-        except OSError:
-            h.update(b"?")
-    return h.hexdigest()[:16]
-
-
-CODE_FINGERPRINT = _fingerprint()
 
 
 def _natural_key(name: str):
@@ -105,9 +71,12 @@ def list_shards(path, *, strict: bool = True) -> list[str]:
     """The shard paths of directory ``path`` in shard order (natural name order)."""
     path = os.fspath(path)
     if not os.path.isdir(path):
-        raise ValueError(f"{path}: not a directory of shards")
+        if not os.path.exists(path):
+            raise DumpNotFound(f"{path}: no such file or directory")
+        raise InvalidInput(f"{path}: not a directory of shards")
     if _has_npy(path):
-        raise ValueError(f"{path}: holds .npy files, so it is one dump (directory of .npy), not a directory of shards")
+        raise InvalidInput(f"{path}: holds .npy files, so it is one dump (directory of .npy), not a directory of "
+                           "shards")
     out = []
     for f in os.listdir(path):
         if f.startswith("."):
@@ -116,8 +85,8 @@ def list_shards(path, *, strict: bool = True) -> list[str]:
         if (f.endswith(".npz") and os.path.isfile(full)) or (os.path.isdir(full) and _has_npy(full)):
             out.append(f)
     if strict and not out:
-        raise ValueError(f"{path}: no shards found; expected .npz files or subdirectories of .npy files "
-                         "(or .npy files, for a single dump)")
+        raise DumpFormatError(f"{path}: no shards found; expected .npz files or subdirectories of .npy files "
+                              "(or .npy files, for a single dump)")
     return [os.path.join(path, f) for f in sorted(out, key=_natural_key)]
 
 
@@ -135,19 +104,22 @@ def load_any(path, *, client=None, threads_per_worker: int | None = None, retrie
     return load_dump(path)
 
 
+def _in_shard(i: int, S: int, path: str | None, exc: Exception) -> Exception:
+    """``exc`` (same fastspec type; DumpFormatError for a plain ValueError) prefixed ``shard i of S: [path: ]``."""
+    cls = type(exc) if isinstance(exc, FastspecError) else DumpFormatError
+    return cls(f"shard {i} of {S}: {path + ': ' if path else ''}{exc}")
+
+
 class _ShardInfo:
     __slots__ = ("path", "N", "lengths", "tokens", "arrays", "size")
 
     def __init__(self, d: Dump):
-        self.path = d.path
-        self.N = d.N
-        self.lengths = d.lengths
-        self.tokens = d.tokens
-        self.arrays = d.arrays
-        self.size = d.size_on_disk
+        self.path, self.N, self.lengths, self.tokens = d.path, d.N, d.lengths, d.tokens
+        self.arrays, self.size = d.arrays, d.size_on_disk
 
 
 def _signature(d: Dump) -> dict:
+    """What every shard must share with the first one."""
     return {"kind": d.kind, "drafts": tuple(d.drafts), "T": d.T, "V": d.V,
             "k": dict(d.k) if d.kind == "sparse" else None, "metadata": dict(d.metadata),
             "dtypes": {n: a.dtype for n, a in d.arrays.items() if len(a.shape) >= 2 and n != "tokens"},
@@ -158,17 +130,41 @@ _SIG_WORDS = {"kind": "kind", "drafts": "drafts", "T": "positions T", "V": "voca
               "metadata": "metadata", "dtypes": "arrays/dtypes", "tokens": "presence of 'tokens'"}
 
 
-class ShardedDump:
+def _compare(sig, sig0, first):
+    """The first difference between a shard's signature and the first shard's, as a message (or None)."""
+    for key in sig0:
+        if sig[key] == sig0[key]:
+            continue
+        if key == "dtypes" and sig[key].keys() == sig0[key].keys():
+            a = next(a for a in sig[key] if sig[key][a] != sig0[key][a])
+            return (f"dtypes differ: array {a!r} is {sig[key][a]}, {sig0[key][a]} in the first shard ({first}); every "
+                    "shard needs the same dtypes (re-save it)")
+        return (f"{_SIG_WORDS[key]} {sig[key]!r} differ from the first shard's ({first}: {sig0[key]!r}); every shard "
+                "needs the same drafts, vocabulary, T, kind, dtypes and metadata")
+    return None
+
+
+def _positive_int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidType(f"{name} = {value!r} must be an integer >= {low}")
+    if value < low:
+        raise InvalidInput(f"{name} = {value!r} must be an integer >= {low}")
+    return int(value)
+
+
+class ShardedDump(DumpBase):
     """Several dumps with the same layout, seen as one (module docstring).
 
     ``source``: a directory of shards, or a sequence of dump paths (taken in the given order).
-    ``client``: optional ``dask.distributed.Client`` used by :meth:`acceptance`.
+    ``client``: optional ``dask.distributed.Client`` used by :meth:`acceptance`; ``threads_per_worker``: Numba
+    threads per task on the cluster (default: the host's cores shared by its workers); ``retries``: reruns of a
+    task that raised (:mod:`fastspec.distributed`).
 
     Attributes like :class:`fastspec.io.Dump`: ``path``, ``kind``, ``drafts``, ``N`` (total), ``T``, ``V``,
     ``k``, ``lengths`` (concatenated), ``tokens`` (concatenated or None), ``metadata``, ``arrays`` (shapes
     with the total N), ``size_on_disk``; plus ``shards`` (paths), ``offsets`` (first global sequence of each
-    shard, and N at the end) and ``row_offset`` (0: row ids are already global).
-    Only headers and the small arrays are read when opening; no shard stays open.
+    shard, and N at the end), ``row_offset`` (0: row ids are already global) and ``last_run`` (how the last
+    :meth:`acceptance` ran).  Only headers and the small arrays are read when opening; no shard stays open.
     """
 
     row_offset = 0
@@ -180,54 +176,41 @@ class ShardedDump:
         else:
             paths = [os.fspath(p) for p in source]
             if not paths:
-                raise ValueError("ShardedDump: give at least one shard")
+                raise InvalidInput("ShardedDump: give at least one shard")
             self.path = os.path.dirname(paths[0]) if len(paths) > 1 else paths[0]
-        if threads_per_worker is not None and (isinstance(threads_per_worker, bool) or int(threads_per_worker) < 1):
-            raise ValueError(f"threads_per_worker = {threads_per_worker!r} must be an integer >= 1")
-        if isinstance(retries, bool) or not isinstance(retries, (int, np.integer)) or retries < 0:
-            raise ValueError(f"retries = {retries!r} must be an integer >= 0")
         self.client = client
-        self.threads_per_worker = None if threads_per_worker is None else int(threads_per_worker)
-        self.retries = int(retries)
+        self.threads_per_worker = None if threads_per_worker is None else _positive_int("threads_per_worker",
+                                                                                         threads_per_worker, 1)
+        self.retries = _positive_int("retries", retries, 0)
         self.shards = paths
-        self._info: list[_ShardInfo] = []
-        sig0 = None
-        for i, p in enumerate(paths):
-            try:
-                d = load_dump(p)
-            except FileNotFoundError:
-                raise
-            except ValueError as exc:
-                raise ValueError(f"shard {i} of {len(paths)}: {exc}") from None
-            try:
-                sig = _signature(d)
-                if sig0 is None:
-                    sig0, self._first = sig, d.describe()
-                    self.kind, self.drafts, self.T, self.V = d.kind, d.drafts, d.T, d.V
-                    self.k = dict(d.k)
-                    self.metadata = dict(d.metadata)
-                    self._names = {(r, kd): d.array_name(r, kd) for r in ("target",) + d.drafts
-                                   for kd in (("logits",) if d.kind == "dense" else ("topk_ids", "topk_logprobs"))}
-                else:
-                    for key in sig0:
-                        if key == "dtypes" and sig[key] != sig0[key] and sig[key].keys() == sig0[key].keys():
-                            a = next(a for a in sig[key] if sig[key][a] != sig0[key][a])
-                            raise ValueError(f"shard {i} of {len(paths)}: {p}: dtypes differ: array {a!r} is "
-                                             f"{sig[key][a]}, {sig0[key][a]} in the first shard ({paths[0]}); every "
-                                             "shard needs the same dtypes (re-save it)")
-                        if sig[key] != sig0[key]:
-                            raise ValueError(f"shard {i} of {len(paths)}: {p}: {_SIG_WORDS[key]} {sig[key]!r} differ "
-                                             f"from the first shard's ({paths[0]}: {sig0[key]!r}); every shard needs "
-                                             "the same drafts, vocabulary, T, kind, dtypes and metadata")
-                self._info.append(_ShardInfo(d))
-            finally:
-                d.close()
-        counts = np.array([s.N for s in self._info], dtype=np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._info = [self._open_shard(i, p) for i, p in enumerate(paths)]
+        self.offsets = np.concatenate([[0], np.cumsum([s.N for s in self._info])]).astype(np.int64)
         self.N = int(self.offsets[-1])
         self.lengths = np.concatenate([s.lengths for s in self._info]).astype(np.int64)
-        self.tokens = (np.concatenate([s.tokens for s in self._info]) if self._info[0].tokens is not None else None)
+        self.tokens = np.concatenate([s.tokens for s in self._info]) if self._info[0].tokens is not None else None
         self.last_run: dict | None = None
+
+    def _open_shard(self, i: int, path: str) -> _ShardInfo:
+        """Read shard ``i``'s structure; the first shard sets the layout, the others must match it."""
+        S = len(self.shards)
+        try:
+            d = load_dump(path)
+        except FileNotFoundError:
+            raise
+        except ValueError as exc:
+            raise _in_shard(i, S, None, exc) from None
+        with d:
+            sig = _signature(d)
+            if i == 0:
+                self._sig, self._first = sig, d.describe()
+                self.kind, self.drafts, self.T, self.V = d.kind, d.drafts, d.T, d.V
+                self.k, self.metadata = dict(d.k), dict(d.metadata)
+                self._names = {(r, kd): d.array_name(r, kd) for r in ("target",) + d.drafts for kd in kinds_of(d.kind)}
+            else:
+                diff = _compare(sig, self._sig, self.shards[0])
+                if diff:
+                    raise DumpFormatError(f"shard {i} of {S}: {path}: {diff}")
+            return _ShardInfo(d)
 
     # ---- Dump-like surface -----------------------------------------------------------------------------
     @property
@@ -255,22 +238,12 @@ class ShardedDump:
     def array_name(self, role: str, kind: str) -> str:
         return self._names[(role, kind)]
 
-    def where(self, row: int) -> str:
-        """Global index ``[n, t]`` of flat row ``row``."""
-        return f"[{row // self.T}, {row % self.T}]"
-
     def shard_of(self, n: int) -> tuple[int, int]:
         """(shard index, sequence within the shard) of global sequence ``n``."""
         if not 0 <= n < self.N:
             raise IndexError(f"sequence {n} is outside [0, {self.N})")
         i = int(np.searchsorted(self.offsets, n, side="right") - 1)
         return i, int(n - self.offsets[i])
-
-    def _row_bytes(self, names) -> int:
-        info = self._info[0].arrays
-        kinds = ("logits",) if self.kind == "dense" else ("topk_ids", "topk_logprobs")
-        return max(np.dtype(info[self._names[(r, kd)]].dtype).itemsize * info[self._names[(r, kd)]].shape[-1]
-                   for r in ("target",) + tuple(names) for kd in kinds)
 
     def iter_chunks(self, *, drafts=None, max_bytes: int = DEFAULT_CHUNK_BYTES, validate: bool = True
                     ) -> Iterator[Chunk]:
@@ -281,25 +254,20 @@ class ShardedDump:
         computation that depends on the chunking (e.g. token-mode replay) sees what a single dump gives.
         Values are validated by each shard's loader (messages name the shard file).
         """
-        names = self.drafts if drafts is None else tuple(drafts)
-        for n in names:
-            if n not in self.drafts:
-                raise ValueError(f"{self.path}: no draft named {n!r}; the dump holds {', '.join(self.drafts)}")
-        rows = max(1, int(max_bytes) // max(self._row_bytes(names), 1))
+        names = self.select_drafts(drafts)
+        rows = self.chunk_rows(names, max_bytes)
         pending: list[Chunk] = []
         for i, p in enumerate(self.shards):
             base = int(self.offsets[i]) * self.T
             with load_dump(p) as d:
                 if d.N != self._info[i].N:
-                    raise ValueError(f"shard {i} of {len(self.shards)}: {p}: holds {d.N} sequences, {self._info[i].N} "
-                                     "when it was opened; the shard changed during the run")
+                    raise DumpFormatError(f"shard {i} of {len(self.shards)}: {p}: holds {d.N} sequences, "
+                                          f"{self._info[i].N} when it was opened; the shard changed during the run")
                 for ch in d.iter_chunks(drafts=names, max_bytes=max_bytes, validate=validate):
                     pos, stop = ch.start + base, ch.stop + base
-                    while pos < stop:
+                    while pos < stop:  # cut at the merged dump's chunk boundaries (multiples of rows)
                         cut = min(stop, (pos // rows + 1) * rows)
-                        a, b = pos - base - ch.start, cut - base - ch.start
-                        pending.append(Chunk(pos, cut, ch.valid[a:b], _take(ch.target, a, b),
-                                             {n: _take(v, a, b) for n, v in ch.drafts.items()}))
+                        pending.append(_slice(ch, pos - base - ch.start, cut - base - ch.start, pos))
                         pos = cut
                         if cut % rows == 0:
                             yield _merge(pending)
@@ -314,30 +282,21 @@ class ShardedDump:
                 with load_dump(p) as d:
                     d.validate(max_bytes=max_bytes)
             except ValueError as exc:
-                raise ValueError(f"shard {i} of {len(self.shards)}: {exc}") from None
+                raise _in_shard(i, len(self.shards), None, exc) from None
         return self
 
     def describe(self) -> dict:
         """Like :meth:`fastspec.io.Dump.describe`, for the whole set, plus a ``shards`` list."""
         info = dict(self._first)
+        S = len(self.shards)
         info.update({
-            "path": self.path, "format": f"sharded ({len(self.shards)} shard{'s' if len(self.shards) != 1 else ''})", "N": self.N,
+            "path": self.path, "format": f"sharded ({S} shard{'s' if S != 1 else ''})", "N": self.N,
             "valid_positions": int(self.lengths.sum()), "size_on_disk": self.size_on_disk,
-            "arrays": [{"name": a.name, "shape": list(a.shape), "dtype": a.dtype, "nbytes": a.nbytes,
-                        "storage": a.storage} for a in sorted(self.arrays.values(), key=lambda a: a.name)],
+            "arrays": self._array_summary(),
             "shards": [{"path": s.path, "first_sequence": int(o), "N": s.N, "size_on_disk": s.size}
-                       for s, o in zip(self._info, self.offsets[:-1])],
+                       for s, o in zip(self._info, self.offsets[:-1], strict=True)],
         })
         return info
-
-    def close(self) -> None:
-        """Nothing stays open between passes; kept for symmetry with :class:`fastspec.io.Dump`."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return (f"ShardedDump({self.path!r}, shards={len(self.shards)}, kind={self.kind}, drafts={list(self.drafts)}, "
@@ -350,88 +309,46 @@ class ShardedDump:
 
         Same arguments and result (``{draft: DraftAcceptance}`` with [N, T] arrays) as ``dump_acceptance``;
         bitwise the same numbers.  ``client`` (default: the one given when opening) runs one task per
-        shard on a Dask cluster; without one, the shards are processed here, one after another.
+        shard on a Dask cluster (:func:`fastspec.distributed.run_on_cluster`); without one, the shards are
+        processed here, one after another.
         """
-        from .acceptance import DraftAcceptance, resolve_sampling as _resolve_params
+        from .acceptance import DraftAcceptance, resolve_sampling
 
-        names = self.drafts if drafts is None else tuple(drafts)
-        for n in names:
-            if n not in self.drafts:
-                raise ValueError(f"{self.path}: no draft named {n!r}; the dump holds {', '.join(self.drafts)}")
-        _resolve_params(self, temperature, top_k, top_p, min_p)  # bad flags fail here, before any task
+        names = self.select_drafts(drafts)
+        resolve_sampling(self, temperature, top_k, top_p, min_p)  # bad settings fail here, before any task
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names,
                       max_bytes=max_bytes)
         client = client if client is not None else self.client
         S = len(self.shards)
         expect = [(s.N, self.T) for s in self._info]
         if client is None:
-            parts = [_alpha_task(p, params, None, expect[i]) for i, p in enumerate(self.shards)]
-            for i, part in enumerate(parts):
-                _check_part(part, i, S)
+            parts = []
+            for i, p in enumerate(self.shards):
+                parts.append(alpha_task(p, params, None, expect[i]))
+                check_part(parts[-1], i, S)
             self.last_run = {"scheduler": None, "tasks": S}
         else:
-            parts = self._run_on_cluster(client, params, expect)
+            parts, self.last_run = run_on_cluster(client, self.shards, params, expect,
+                                                  threads_per_worker=self.threads_per_worker, retries=self.retries)
         valid = np.arange(self.T)[None, :] < self.lengths[:, None]
-        res = {}
-        for n in names:
-            if self.kind == "dense":
-                res[n] = DraftAcceptance(n, valid, alpha=np.concatenate([p["arrays"][n][0] for p in parts], axis=0))
-            else:
-                res[n] = DraftAcceptance(n, valid, lower=np.concatenate([p["arrays"][n][0] for p in parts], axis=0),
-                                         upper=np.concatenate([p["arrays"][n][1] for p in parts], axis=0))
-        return res
 
-    def _run_on_cluster(self, client, params, expect):
-        from distributed import as_completed  # lazy: only with a client
+        def joined(n, j):
+            return np.concatenate([p["arrays"][n][j] for p in parts], axis=0)
 
-        S = len(self.shards)
-        threads = self.threads_per_worker
-        host_threads = None
-        if threads is None:
-            try:
-                probe = client.run(_probe_worker)
-            except Exception as exc:  # noqa: BLE001 - a cluster problem, reported as such
-                raise RuntimeError(f"cannot reach the Dask workers: {type(exc).__name__}: {exc}") from None
-            if not probe:
-                raise RuntimeError("the Dask cluster has no workers")
-            per_host: dict[str, list] = {}
-            for host, cpus in probe.values():
-                per_host.setdefault(host, []).append(cpus)
-            host_threads = {h: max(1, min(c) // len(c)) for h, c in per_host.items()}
-        run_id = uuid.uuid4().hex[:12]
-        keys = [f"{TASK_PREFIX}-{i}-{run_id}" for i in range(S)]
-        futures = client.map(_alpha_task, self.shards, [params] * S, [(threads, host_threads)] * S, expect,
-                             key=keys, retries=self.retries, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        parts: list = [None] * S
-        try:
-            for fut in as_completed(futures, loop=getattr(client, "loop", None)):
-                i = index[fut.key]
-                if fut.status != "finished":
-                    try:
-                        exc = fut.exception()
-                    except Exception as e2:  # noqa: BLE001 - cancelled or lost
-                        exc = e2
-                    raise RuntimeError(f"shard {i} of {S}: {self.shards[i]}: the task failed on the cluster "
-                                       f"({type(exc).__name__}: {exc}); no result is reported") from None
-                part = fut.result()
-                _check_part(part, i, S)
-                parts[i] = part
-                fut.release()
-        except BaseException:
-            client.cancel(futures)
-            raise
-        missing = [i for i, p in enumerate(parts) if p is None]
-        if missing:  # never a partial answer
-            raise RuntimeError(f"shard {missing[0]} of {S}: {self.shards[missing[0]]}: no result came back")
-        self.last_run = {"scheduler": getattr(getattr(client, "scheduler", None), "address", None), "tasks": S,
-                         "workers": sorted({p["worker"] for p in parts}), "numba_threads":
-                         sorted({p["threads"] for p in parts}), "cpus": sorted({p["cpu"] for p in parts})}
-        return parts
+        if self.kind == "dense":
+            return {n: DraftAcceptance(n, valid, alpha=joined(n, 0)) for n in names}
+        return {n: DraftAcceptance(n, valid, lower=joined(n, 0), upper=joined(n, 1)) for n in names}
 
 
-def _take(x, a, b):
+def _rows(x, a, b):
+    """Rows [a, b) of a role's chunk data (an array, or an (ids, logprobs) pair)."""
     return tuple(y[a:b] for y in x) if isinstance(x, tuple) else x[a:b]
+
+
+def _slice(ch: Chunk, a: int, b: int, start: int) -> Chunk:
+    """Rows [a, b) of chunk ``ch``, renumbered to start at global row ``start``."""
+    return Chunk(start, start + b - a, ch.valid[a:b], _rows(ch.target, a, b),
+                 {n: _rows(v, a, b) for n, v in ch.drafts.items()})
 
 
 def _cat(parts):
@@ -441,84 +358,9 @@ def _cat(parts):
 
 
 def _merge(pending: list[Chunk]) -> Chunk:
+    """One chunk of consecutive pieces (the piece itself when there is one: no copy)."""
     if len(pending) == 1:
         return pending[0]
     return Chunk(pending[0].start, pending[-1].stop, np.concatenate([c.valid for c in pending]),
                  _cat([c.target for c in pending]),
                  {n: _cat([c.drafts[n] for c in pending]) for n in pending[0].drafts})
-
-
-def _check_part(part, i, S):
-    if part["error"] is not None:
-        raise ValueError(f"shard {i} of {S}: {part['error']}")
-    import fastspec
-
-    if part["version"] != fastspec.__version__ or part["code"] != CODE_FINGERPRINT:
-        raise RuntimeError(f"shard {i} of {S}: worker {part['worker']} runs fastspec {part['version']} (kernel "
-                           f"sources {part['code']}), this process {fastspec.__version__} ({CODE_FINGERPRINT}); "
-                           "install the same fastspec everywhere (and restart workers after upgrading)")
-
-
-def _cpu_name() -> str:
-    try:
-        import llvmlite.binding as llvm
-
-        return str(llvm.get_host_cpu_name())
-    except Exception:  # noqa: BLE001 - informational only
-        return "unknown"
-
-
-def _probe_worker():
-    import socket
-
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return socket.gethostname(), cpus
-
-
-def _alpha_task(path, params, threads, expect):
-    """One shard's α (runs on a worker, or here).  Data errors come back as values, never retried."""
-    import socket
-
-    import numba
-
-    import fastspec
-    from .acceptance import dump_acceptance
-
-    host = socket.gethostname()
-    worker = host
-    n_threads = None
-    if threads is not None:
-        fixed, per_host = threads
-        n_threads = fixed if fixed is not None else (per_host or {}).get(host, 1)
-        n_threads = max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS))
-        try:
-            from distributed import get_worker
-
-            worker = get_worker().address
-        except (ImportError, ValueError):
-            pass
-    out = {"error": None, "arrays": None, "version": fastspec.__version__, "code": CODE_FINGERPRINT, "worker": worker,
-           "threads": n_threads or numba.get_num_threads(), "cpu": _cpu_name()}
-    with _KERNEL_LOCK if threads is not None else contextlib.nullcontext():
-        old = numba.get_num_threads()
-        if n_threads is not None:
-            numba.set_num_threads(n_threads)
-        try:
-            with load_dump(path) as d:
-                if (d.N, d.T) != tuple(expect):
-                    raise ValueError(f"{path}: holds N={d.N}, T={d.T} but N={expect[0]}, T={expect[1]} when the "
-                                     "shard set was opened; the shard changed (or a worker sees another file)")
-                res = dump_acceptance(d, **params)
-        except FileNotFoundError as exc:
-            out["error"] = f"{path}: not found on worker {worker} (every worker must see the shard paths): {exc}"
-            return out
-        except ValueError as exc:
-            out["error"] = str(exc)
-            return out
-        finally:
-            numba.set_num_threads(old)
-    out["arrays"] = {n: (r.alpha,) if r.alpha is not None else (r.lower, r.upper) for n, r in res.items()}
-    return out

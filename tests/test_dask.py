@@ -220,3 +220,26 @@ def test_cli_local_cluster(data, monkeypatch):
     r = runner.invoke(app, ["inspect", data["sdir"], "--scheduler", "local:1", "--json"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["N"] == 24
+
+
+class _NoWorkers:
+    """A client whose cluster has no workers, or cannot be reached (``run`` is all the probe calls)."""
+
+    def __init__(self, error=None):
+        self.error = error
+
+    def run(self, fn):
+        if self.error is not None:
+            raise self.error
+        return {}
+
+
+@pytest.mark.parametrize("client,pattern", [(_NoWorkers(), "has no workers"),
+                                            (_NoWorkers(OSError("timed out")), "cannot reach the Dask workers")])
+def test_cluster_failures_are_cluster_errors(tmp_path, client, pattern):
+    from fastspec.errors import ClusterError
+
+    _, sdir, _ = shardutil.write(tmp_path, shardutil.make_data(25, N=4), cuts=(0, 2, 4), names=["a.npz", "b.npz"])
+    with pytest.raises(ClusterError, match=pattern) as ei:
+        ShardedDump(sdir, client=client).acceptance()
+    assert isinstance(ei.value, RuntimeError) and not isinstance(ei.value, ValueError)  # exit 1, not "bad input"

@@ -270,3 +270,119 @@ def test_fuzz_malformed_dumps_only_raise_valueerror(tmp_path, arrays, compressed
             vals = [r.alpha] if r.exact else [r.lower, r.upper]
             for v in vals:
                 assert np.isfinite(v).all() and (v >= 0).all() and (v <= 1).all()
+
+
+# ---------------------------------------------------------------- the io package: typed errors, one rule each
+def _npy_bytes(header: str) -> bytes:
+    """A .npy file (version 1.0) with a hand-written header and no data."""
+    h = header.encode("latin1")
+    h += b" " * (64 - (10 + len(h) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h
+
+
+def test_typed_errors(tmp_path):
+    from fastspec.errors import DumpFormatError, DumpNotFound, InvalidInput, InvalidType
+
+    with pytest.raises(DumpNotFound) as ei:
+        load_dump(tmp_path / "nope.npz")
+    assert isinstance(ei.value, FileNotFoundError) and isinstance(ei.value, ValueError)
+    (tmp_path / "junk.npz").write_bytes(b"hello world")
+    with pytest.raises(DumpFormatError, match="junk.npz"):
+        load_dump(tmp_path / "junk.npz")
+    arrays = _base()
+    arrays["draft_logits"][0, 1, 2] = np.nan
+    with pytest.raises(DumpFormatError, match=r"v.npz: array 'draft_logits': NaN at index \[0, 1, 2\]"):
+        load_dump(_write_npz(tmp_path / "v.npz", arrays), validate=True)
+    P, Q = _dense()
+    with pytest.raises(InvalidInput, match="layout"):
+        save_dump(tmp_path / "x", P, Q, layout="zip")
+    with pytest.raises(InvalidType, match="object"):
+        save_dump(tmp_path / "x.npz", P, Q, tokens=np.array([[None]], dtype=object))
+    with pytest.raises(InvalidType, match="path"):
+        load_dump(3.5)
+    with load_dump(save_dump(tmp_path / "ok.npz", P, Q)) as d:
+        with pytest.raises(InvalidInput, match="no draft named 'zz'"):
+            next(d.iter_chunks(drafts=["zz"]))
+
+
+def test_from_arrays_checks_like_a_file():
+    from fastspec.errors import DumpFormatError
+    from fastspec.io import Dump
+
+    ids = np.tile(np.arange(3), (1, 8, 1))
+    lp = np.log(np.full((1, 8, 3), 0.3))
+    arrays = {"target_topk_ids": ids, "target_topk_logprobs": lp, "draft_topk_ids": ids[..., :2],
+              "draft_topk_logprobs": lp[..., :2], "vocab_size": np.asarray(5)}
+    d = Dump.from_arrays(arrays).validate()  # as acceptance_bounds builds them
+    assert d.kind == "sparse" and (d.N, d.T, d.V) == (1, 8, 5) and d.k == {"target": 3, "draft:draft": 2}
+    assert d.describe()["format"] == "memory" and d.size_on_disk == 0
+    bad = dict(arrays, draft_topk_ids=np.where(ids[..., :2] == 1, 7, ids[..., :2]))
+    with pytest.raises(DumpFormatError, match=r"<arrays>: array 'draft_topk_ids': id 7 at index \[0, 0, 1\]"):
+        Dump.from_arrays(bad).validate()
+    with pytest.raises(DumpFormatError, match="mine: array 'bogus': unknown name"):
+        Dump.from_arrays(dict(arrays, bogus=np.zeros(2)), path="mine")
+
+
+@pytest.mark.parametrize("name,value,pattern", [
+    ("temperature", 1e-310, "too small"),  # fastspec.params' rule (1/T overflows), not a local restatement
+    ("top_p", 0.0, r"use a value in \(0, 1\]"),
+    ("min_p", 1.0, r"use a value in \[0, 1\)"),
+    ("top_k", 2.5, "integer"),
+    ("top_k", -1, "top_k = -1 is invalid"),
+    ("vocab_size", 0, r"\[1, 2\*\*63\)"),
+])
+def test_metadata_follows_sampling_params(tmp_path, name, value, pattern):
+    arrays = _base()
+    arrays[name] = np.asarray(value)
+    with pytest.raises(ValueError, match=pattern) as ei:
+        load_dump(_write_npz(tmp_path / "m.npz", arrays))
+    assert f"m.npz: array {name!r}" in str(ei.value)
+
+
+def test_metadata_values_normalized(tmp_path):
+    arrays = dict(_base(), temperature=np.float16(0.5), top_k=np.float64(40.0), top_p=np.int64(1), min_p=np.float32(0))
+    with load_dump(_write_npz(tmp_path / "m.npz", arrays)) as d:
+        assert d.metadata == {"temperature": 0.5, "top_k": 40, "top_p": 1.0, "min_p": 0.0}
+        assert type(d.metadata["top_k"]) is int and type(d.metadata["top_p"]) is float
+
+
+def test_one_draft_name_rule(tmp_path):
+    import fastspec.io
+    from fastspec.io import format as fmt
+
+    assert fastspec.io.check_draft_name is fmt.check_draft_name
+    assert fastspec.io.DRAFT_NAME_PATTERN == fmt.DRAFT_NAME_PATTERN
+    for bad in ("a__b", "-x", "", "x y", 3):
+        with pytest.raises(ValueError, match="invalid"):
+            fastspec.io.check_draft_name(bad)
+    arrays = dict(_base(), draft_logits__a__b=_base()["draft_logits"])  # the loader applies the same rule
+    with pytest.raises(ValueError, match=r"array 'draft_logits__a__b': draft name 'a__b' is invalid"):
+        load_dump(_write_npz(tmp_path / "n.npz", arrays))
+
+
+def test_two_arrays_for_one_draft_are_refused(tmp_path):
+    arrays = dict(_base(), draft_logits__draft=_base()["draft_logits"] + 1)  # both are the draft named 'draft'
+    with pytest.raises(ValueError, match="'draft_logits' and 'draft_logits__draft' both hold logits"):
+        load_dump(_write_npz(tmp_path / "two.npz", arrays))
+
+
+@pytest.mark.parametrize("header,pattern", [
+    ("{'descr': '<f2', 'fortran_order': False, 'shape': (16777216, 16, 34359738368), }", "truncated"),  # no wrap
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", "negative dimension"),
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': '''}", "not a valid .npy header"),
+])
+def test_hostile_npy_headers(tmp_path, header, pattern):
+    from fastspec.errors import DumpFormatError
+
+    d = save_dump(tmp_path / "d", *_dense())
+    with open(os.path.join(d, "target_logits.npy"), "wb") as fh:
+        fh.write(_npy_bytes(header))
+    with pytest.raises(DumpFormatError, match=f"array 'target_logits': .*{pattern}"):
+        load_dump(d)
+
+
+def test_tunables_come_from_config():
+    import fastspec.io
+    from fastspec import config
+
+    assert fastspec.io.DEFAULT_CHUNK_BYTES == config.DEFAULT_CHUNK_BYTES

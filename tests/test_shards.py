@@ -81,7 +81,7 @@ def test_chunks_cut_like_the_merged_dump(dense, max_bytes):
         want = list(m.iter_chunks(max_bytes=max_bytes, drafts=["near"]))
         got = list(ShardedDump(sdir).iter_chunks(max_bytes=max_bytes, drafts=["near"]))
         assert [(c.start, c.stop) for c in got] == [(c.start, c.stop) for c in want]
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             assert np.array_equal(a.valid, b.valid)
             assert np.array_equal(a.target, b.target) and np.array_equal(a.drafts["near"], b.drafts["near"])
 
@@ -245,10 +245,50 @@ def test_cli_scheduler_without_dask(dense, monkeypatch):
 def test_library_does_not_import_dask():
     import subprocess
 
-    code = ("import sys, fastspec, fastspec.shards, fastspec.simulate; "
+    code = ("import sys, fastspec, fastspec.io, fastspec.shards, fastspec.distributed, fastspec.simulate; "
             "print(sorted(m for m in ('dask', 'distributed', 'typer', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_typed_shard_errors(tmp_path, dense):
+    from fastspec.errors import DumpFormatError, DumpNotFound, InvalidInput, InvalidType
+
+    with pytest.raises(DumpNotFound):
+        list_shards(tmp_path / "nope")
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(InvalidInput, match="not a directory of shards"):
+        list_shards(tmp_path / "f.txt")
+    with pytest.raises(DumpFormatError, match="no shards found"):
+        ShardedDump(str(tmp_path))
+    with pytest.raises(InvalidInput, match="at least one"):
+        ShardedDump([])
+    with pytest.raises(InvalidType, match="retries"):
+        ShardedDump(dense[1], retries=1.5)
+    with pytest.raises(InvalidInput, match="threads_per_worker"):
+        ShardedDump(dense[1], threads_per_worker=0)
+    with pytest.raises(InvalidInput, match="no draft named 'zz'"):
+        ShardedDump(dense[1]).acceptance(drafts=["zz"])
+
+
+def test_one_code_fingerprint():
+    """Workers are checked against the one source fingerprint (fastspec._numba.jit), not a second, hand-kept one."""
+    import fastspec
+    from fastspec import distributed, shards
+    from fastspec._numba.jit import SOURCE_FINGERPRINT
+    from fastspec.errors import ClusterError, DumpFormatError, DumpNotFound
+
+    assert shards.CODE_FINGERPRINT == SOURCE_FINGERPRINT
+    part = {"error": None, "arrays": {}, "version": fastspec.__version__, "code": SOURCE_FINGERPRINT, "worker": "w"}
+    distributed.check_part(part, 0, 1)
+    with pytest.raises(ClusterError, match="shard 1 of 2: worker w runs fastspec"):
+        distributed.check_part(dict(part, code="0" * 16), 1, 2)
+    with pytest.raises(ClusterError):
+        distributed.check_part(dict(part, version="0.0.0"), 1, 2)
+    with pytest.raises(DumpFormatError, match="shard 0 of 1: bad"):
+        distributed.check_part(dict(part, error="bad"), 0, 1)
+    with pytest.raises(DumpNotFound):
+        distributed.check_part(dict(part, error="gone", not_found=True), 0, 1)
 
 
 _ALPHA_ONCE = r"""

@@ -1,0 +1,49 @@
+"""Logit dumps: the on-disk format, a validating loader and a bounded-memory row reader.
+
+Format (full specification in ``data/README.md``)
+--------------------------------------------------
+An ``.npz`` file, or a directory of ``.npy`` files with the same names (memory-mapped).
+Array names are ``<role>_<kind>[__<draft name>]``:
+
+* dense: ``target_logits`` [N, T, V] (or [T, V]) and ``draft_logits[__name]`` of the same shape;
+  float16/float32/float64 raw logits, ``-inf`` allowed (masked token), NaN and ``+inf`` refused,
+  at least one finite logit per valid position;
+* sparse top-k: ``target_topk_ids`` int [N, T, k] with ``target_topk_logprobs`` float [N, T, k]
+  (processed log-probabilities, <= 0), and ``draft_topk_ids[__name]`` / ``draft_topk_logprobs[__name]``;
+* optional: ``tokens`` int [N, T], ``lengths`` int [N] (valid positions, in [1, T]; default T), and 0-d
+  metadata ``temperature``, ``top_k``, ``top_p``, ``min_p`` (how the trajectory was sampled; the ranges of
+  :class:`fastspec.params.SamplingParams`) and ``vocab_size`` (sparse dumps: V, for range-checking ids and tokens).
+
+Safety and memory
+-----------------
+* Nothing is ever unpickled (``allow_pickle=False`` semantics: object and structured dtypes are refused
+  from the ``.npy`` header, before any data is read).
+* :func:`load_dump` reads only headers and the small arrays (``tokens``, ``lengths``, metadata).  Every
+  structural check (names, dtypes, ranks, N/T/V agreement, declared sizes against the bytes really there,
+  zip-bomb ratios) happens before any large allocation.
+* Large arrays are read in chunks of rows: ``.npy`` files and uncompressed (``np.savez``) zip members are
+  memory-mapped in place; compressed (``np.savez_compressed``) members are decompressed as a stream,
+  chunk by chunk.  Peak extra memory of :meth:`Dump.iter_chunks` is one chunk per array (``max_bytes``
+  each, in the array's own dtype; default :data:`DEFAULT_CHUNK_BYTES`) plus, with ``validate=True``, a
+  boolean mask of the same number of elements.  No float64 copy of a whole array is ever made.
+* Value checks (NaN, ``+inf``, ids out of range or repeated, positive log-probabilities, rows without a
+  finite entry) run on every chunk as it is read, on valid positions only (``t < lengths[n]``; padding
+  is never looked at).  :meth:`Dump.validate` runs them over the whole dump.
+
+Every failure is a :class:`fastspec.errors.DumpFormatError` (a ``ValueError``) naming the file, the array and
+the offending index; a missing path is :class:`fastspec.errors.DumpNotFound` (also a ``FileNotFoundError``).
+
+Modules: :mod:`~fastspec.io.format` (names and rules), :mod:`~fastspec.io.sources` (where an array's bytes
+live), :mod:`~fastspec.io.structure` and :mod:`~fastspec.io.values` (the checks), :mod:`~fastspec.io.dump`
+(:class:`Dump`, :func:`load_dump`), :mod:`~fastspec.io.save` (:func:`save_dump`).
+"""
+from __future__ import annotations
+
+from ..config import DEFAULT_CHUNK_BYTES
+from .dump import ArrayInfo, Chunk, Dump, DumpBase, load_dump
+from .format import DRAFT_NAME_PATTERN, check_draft_name
+from .save import save_dump
+
+__all__ = ["Dump", "DumpBase", "Chunk", "ArrayInfo", "load_dump", "save_dump", "DEFAULT_CHUNK_BYTES",
+           "DRAFT_NAME_PATTERN", "check_draft_name"]
+

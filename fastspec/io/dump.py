@@ -1,0 +1,231 @@
+"""The dump object: a validated logit dump read in bounded chunks of rows.
+
+:func:`load_dump` opens a file or directory (:mod:`fastspec.io.sources`), checks its structure from the headers
+and small arrays (:mod:`fastspec.io.structure`) and returns a :class:`Dump`; :meth:`Dump.iter_chunks` reads
+rows ``max_bytes`` per array at a time, checking values as it goes (:mod:`fastspec.io.values`).
+:meth:`Dump.from_arrays` applies the same checks to arrays in memory.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from ..config import DEFAULT_CHUNK_BYTES
+from ..errors import InvalidInput, InvalidType
+from .format import kinds_of
+from .sources import MemorySource, Source, open_sources
+from .structure import check_structure, index_text, role_key
+from .values import check_crc, check_dense, check_sparse
+
+__all__ = ["ArrayInfo", "Chunk", "DumpBase", "Dump", "load_dump"]
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    name: str
+    shape: tuple
+    dtype: str
+    nbytes: int
+    storage: str  # "npy", "npz-stored" (both memory-mapped), "npz-deflated" (streamed), "memory", "sharded"
+
+
+@dataclass
+class Chunk:
+    """Flat rows ``[start, stop)`` of the dump (row ``r`` is sequence ``r // T``, position ``r % T``).
+
+    ``target`` and each ``drafts[name]`` are ``[rows, V]`` logits (dense) or ``(ids, logprobs)`` pairs of
+    ``[rows, k]`` arrays (sparse), in the dump's dtype (memory-mapped views where possible: read-only).
+    ``valid[i]`` is False for padding rows (``t >= lengths[n]``), which are never validated.
+    """
+
+    start: int
+    stop: int
+    valid: np.ndarray
+    target: object
+    drafts: dict = field(default_factory=dict)
+
+
+class DumpBase:
+    """What :class:`Dump` and :class:`fastspec.shards.ShardedDump` share: draft selection, the chunk size rule,
+    row indices in messages, the array summary of ``describe()``, and use as a context manager.
+
+    Subclasses set ``path``, ``kind``, ``drafts``, ``T``, ``rank3`` and provide ``arrays`` and ``array_name``.
+    """
+
+    rank3 = True
+
+    def select_drafts(self, drafts=None) -> tuple:
+        """The draft names to read: all (``None``) or the given ones, each of which the dump must hold."""
+        names = self.drafts if drafts is None else tuple(drafts)
+        for n in names:
+            if n not in self.drafts:
+                raise InvalidInput(f"{self.path}: no draft named {n!r}; the dump holds {', '.join(self.drafts)}")
+        return names
+
+    def chunk_rows(self, drafts, max_bytes: int) -> int:
+        """Rows per chunk: as many as fit ``max_bytes`` in the widest array read (at least one)."""
+        arrays = self.arrays
+        row_bytes = max(np.dtype(a.dtype).itemsize * a.shape[-1]
+                        for a in (arrays[self.array_name(role, kd)] for role in ("target",) + tuple(drafts)
+                                  for kd in kinds_of(self.kind)))
+        return max(1, int(max_bytes) // max(row_bytes, 1))
+
+    def where(self, row: int) -> str:
+        """Human index ``[n, t]`` of flat row ``row`` (``[t]`` for a single-sequence dump)."""
+        return index_text(row // self.T, row % self.T, self.rank3)
+
+    def _array_summary(self) -> list[dict]:
+        return [{"name": a.name, "shape": list(a.shape), "dtype": a.dtype, "nbytes": a.nbytes, "storage": a.storage}
+                for a in sorted(self.arrays.values(), key=lambda a: a.name)]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Dump(DumpBase):
+    """A validated logit dump.  Use :func:`load_dump` (or :meth:`from_arrays`); close it (or use ``with``) to
+    release files.
+
+    Attributes: ``path``, ``kind`` ("dense" or "sparse"), ``drafts`` (tuple of names), ``N``, ``T``, ``V``
+    (None for a sparse dump without ``vocab_size``), ``k`` (dict role -> k, sparse only; roles are ``"target"``
+    and ``"draft:<name>"``), ``lengths`` (int64 [N]), ``tokens`` (int64 [N, T] or None), ``metadata`` (dict),
+    ``arrays`` (name -> ArrayInfo), ``size_on_disk`` (bytes).
+    """
+
+    def __init__(self, path: str, sources: Mapping[str, Source], zf=None):
+        self.path = str(path)
+        self._sources = dict(sources)
+        self._zf = zf
+        self._format = ".npz" if zf is not None else (
+            "memory" if all(isinstance(s, MemorySource) for s in self._sources.values()) else "directory of .npy")
+        try:
+            layout = check_structure(self.path, self._sources)
+        except BaseException:
+            self.close()
+            raise
+        self._roles = layout.roles
+        self.kind, self.drafts, self.N, self.T, self.V = layout.kind, layout.drafts, layout.N, layout.T, layout.V
+        self.k, self.rank3, self.metadata = layout.k, layout.rank3, layout.metadata
+        self.lengths, self.tokens = layout.lengths, layout.tokens
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], path: str = "<arrays>") -> "Dump":
+        """A dump of in-memory ``arrays`` (named as in a file), with the structure checks of :func:`load_dump`
+        (messages name ``path``); :meth:`validate` checks the values."""
+        if not isinstance(arrays, Mapping):
+            raise InvalidType(f"arrays must be a mapping name -> array, got {type(arrays).__name__}")
+        sources = {}
+        for name, a in arrays.items():
+            a = np.asarray(a)
+            if a.dtype.hasobject:
+                raise InvalidType(f"array {name!r}: object arrays are refused; give numeric arrays")
+            sources[name] = MemorySource(name, a)
+        return cls(path, sources)
+
+    # ---- description ----------------------------------------------------------------------------------------
+    @property
+    def arrays(self) -> dict[str, ArrayInfo]:
+        return {n: ArrayInfo(n, tuple(s.shape), str(s.dtype), s.nbytes, s.storage) for n, s in self._sources.items()}
+
+    @property
+    def size_on_disk(self) -> int:
+        if self._format == ".npz":
+            return os.path.getsize(self.path)
+        return 0 if self._format == "memory" else sum(os.path.getsize(s.file) for s in self._sources.values())
+
+    def array_name(self, role: str, kind: str) -> str:
+        """Name of the array holding ``kind`` for ``role`` ("target" or a draft name)."""
+        return self._roles[role_key(None if role == "target" else role)][kind].name
+
+    def describe(self) -> dict:
+        """Plain-data summary: arrays, kind, drafts, N, T, V, k, metadata, size on disk."""
+        return {
+            "path": self.path, "format": self._format, "kind": self.kind, "drafts": list(self.drafts),
+            "N": self.N, "T": self.T, "V": self.V,
+            "k": {key.replace("draft:", ""): v for key, v in self.k.items()} if self.kind == "sparse" else None,
+            "valid_positions": int(self.lengths.sum()),
+            "has_tokens": self.tokens is not None,
+            "metadata": dict(self.metadata),
+            "size_on_disk": self.size_on_disk,
+            "arrays": self._array_summary(),
+        }
+
+    def __repr__(self):
+        return (f"Dump({self.path!r}, kind={self.kind}, drafts={list(self.drafts)}, N={self.N}, T={self.T}, "
+                f"V={self.V})")
+
+    # ---- reading --------------------------------------------------------------------------------------------
+    def iter_chunks(self, *, drafts=None, max_bytes: int = DEFAULT_CHUNK_BYTES, validate: bool = True
+                    ) -> Iterator[Chunk]:
+        """Yield :class:`Chunk` objects covering all N*T rows in order, ``max_bytes`` per array at most."""
+        names = self.select_drafts(drafts)
+        rows = self.chunk_rows(names, max_bytes)
+        R = self.N * self.T
+        for r0 in range(0, R, rows):
+            r1 = min(R, r0 + rows)
+            r = np.arange(r0, r1)
+            valid = r % self.T < self.lengths[r // self.T]
+            target = self._read(None, r0, r1, valid, validate)
+            yield Chunk(r0, r1, valid, target, {d: self._read(d, r0, r1, valid, validate) for d in names})
+
+    def _read(self, draft, r0, r1, valid, validate):
+        """Rows [r0, r1) of the target (``draft`` None) or a draft: an array (dense) or an (ids, logprobs) pair."""
+        parts = self._roles[role_key(draft)]
+        srcs = [parts[kd] for kd in kinds_of(self.kind)]
+        got = [s.read_rows(r0, r1, s.shape[-1]) for s in srcs]
+        if validate and self.kind == "dense":
+            check_dense(self.path, self.where, srcs[0].name, got[0], valid, r0)
+        elif validate:
+            check_sparse(self.path, self.where, self.V, tuple(s.name for s in srcs), got[0], got[1], valid, r0)
+        return got[0] if self.kind == "dense" else tuple(got)
+
+    def validate(self, *, max_bytes: int = DEFAULT_CHUNK_BYTES) -> "Dump":
+        """Check every value of every array (one bounded-memory pass); returns ``self``.
+
+        Uncompressed zip members are also checked against their CRC-32 (compressed members are checked
+        by the decompressor as they are streamed), so a damaged archive is refused, not analysed.
+        """
+        for src in self._sources.values():
+            check_crc(self.path, src)
+        for _ in self.iter_chunks(max_bytes=max_bytes, validate=True):
+            pass
+        return self
+
+    def close(self) -> None:
+        for s in self._sources.values():
+            s.close()
+        if self._zf is not None:
+            self._zf.close()
+            self._zf = None
+
+
+def load_dump(path, *, validate: bool = False, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Dump:
+    """Open the dump at ``path`` (``.npz`` file or directory of ``.npy``) and check its structure.
+
+    Only headers and the small arrays are read.  Values of the large arrays are checked chunk by chunk
+    as :meth:`Dump.iter_chunks` reads them; pass ``validate=True`` to check them all now (one pass).
+    Raises :class:`fastspec.errors.DumpFormatError` (a ``ValueError`` naming file, array and index) for anything
+    malformed, :class:`fastspec.errors.DumpNotFound` (also a ``FileNotFoundError``) when ``path`` does not exist.
+    """
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+    sources, zf = open_sources(path)
+    dump = Dump(path, sources, zf)
+    if validate:
+        try:
+            dump.validate(max_bytes=max_bytes)
+        except BaseException:
+            dump.close()
+            raise
+    return dump

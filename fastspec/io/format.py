@@ -1,0 +1,91 @@
+"""The dump format's rules: array names, roles and kinds, dtypes, metadata (full text in ``data/README.md``).
+
+Array names are ``<role>_<kind>[__<draft name>]``: role ``target`` or ``draft``, kind ``logits`` (dense) or
+``topk_ids`` + ``topk_logprobs`` (sparse).  A plain ``draft_*`` array belongs to the draft named ``draft``; the
+target takes no suffix.  Optional arrays: ``tokens``, ``lengths`` and the 0-d metadata :data:`METADATA`.
+
+This module states the rules and checks single values (a draft name, one metadata value);
+:mod:`fastspec.io.structure` applies them to the arrays of a file.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import DumpFormatError, InvalidInput, InvalidType
+from ..params import NAMES as SAMPLING_NAMES
+from ..params import SamplingParams
+
+__all__ = ["DRAFT_NAME_PATTERN", "DEFAULT_DRAFT", "ROLES", "DENSE_KINDS", "SPARSE_KINDS", "OPTIONAL_ARRAYS",
+           "METADATA", "FLOAT_DTYPES", "check_draft_name", "parse_array_name", "array_name", "kinds_of",
+           "format_error", "metadata_value"]
+
+#: a draft name: letters, digits, '_', '.', '-', starting with a letter or digit (and no '__': see check_draft_name)
+DRAFT_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"
+#: the draft that plain ``draft_*`` arrays (no ``__name`` suffix) belong to
+DEFAULT_DRAFT = "draft"
+ROLES = ("target", "draft")
+DENSE_KINDS = ("logits",)
+SPARSE_KINDS = ("topk_ids", "topk_logprobs")
+OPTIONAL_ARRAYS = ("tokens", "lengths")
+#: 0-d metadata arrays: how the trajectory was sampled (fastspec.params' names), and the vocabulary size
+METADATA = SAMPLING_NAMES + ("vocab_size",)
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+_ARRAY_NAME = re.compile(rf"^({'|'.join(ROLES)})_({'|'.join(DENSE_KINDS + SPARSE_KINDS)})(?:__(.+))?$")
+
+
+def check_draft_name(name, what: str = "draft name") -> str:
+    """``name`` if it is a valid draft name (letters, digits, '_', '.', '-'; starts with a letter or digit; no
+    '__', which separates the role from the name in array names), else InvalidInput."""
+    if not isinstance(name, str) or not re.fullmatch(DRAFT_NAME_PATTERN, name) or "__" in name:
+        raise InvalidInput(f"{what} {name!r} is invalid: use letters, digits, '_', '.' and '-' (starting with a "
+                           "letter or digit, no '__')")
+    return name
+
+
+def parse_array_name(name: str):
+    """``(role, kind, suffix)`` for a role array name (``suffix`` None when absent), else None.
+
+    The suffix is returned as written: the caller checks it (:func:`check_draft_name`; the target takes none)."""
+    m = _ARRAY_NAME.match(name)
+    return None if m is None else (m.group(1), m.group(2), m.group(3))
+
+
+def array_name(role: str, kind: str, draft: str | None = None) -> str:
+    """The array name of ``kind`` for the target (``role="target"``) or the draft ``draft`` (``role="draft"``)."""
+    suffix = "" if role == "target" or draft in (None, DEFAULT_DRAFT) else f"__{draft}"
+    return f"{role}_{kind}{suffix}"
+
+
+def kinds_of(kind: str) -> tuple:
+    """The array kinds one role holds in a dump of ``kind`` ("dense" or "sparse")."""
+    return DENSE_KINDS if kind == "dense" else SPARSE_KINDS
+
+
+def format_error(file: str, msg: str) -> DumpFormatError:
+    """The error for a malformed dump: ``"<file>: <msg>"`` (``msg`` names the array and the index)."""
+    return DumpFormatError(f"{file}: {msg}")
+
+
+def metadata_value(file: str, name: str, value: np.ndarray):
+    """The Python value (int for ``top_k``/``vocab_size``, float otherwise) of 0-d metadata array ``name``.
+
+    Sampling parameters follow :class:`fastspec.params.SamplingParams`' rules; ``vocab_size`` is an integer
+    in ``[1, 2**63)``.  Anything else is a :class:`DumpFormatError` naming the file and the array."""
+    if value.dtype.kind not in "iuf" or not np.isfinite(value):
+        raise format_error(file, f"array {name!r}: must be a finite number, got {value!r}")
+    v = value.item()
+    if name in ("top_k", "vocab_size") and isinstance(v, float):
+        if not v.is_integer():
+            raise format_error(file, f"array {name!r}: must be an integer, got {v}")
+        v = int(v)
+    if name == "vocab_size":
+        if not 1 <= v < 2 ** 63:
+            raise format_error(file, f"array 'vocab_size': value {v} out of range; use an integer in [1, 2**63)")
+        return int(v)
+    try:
+        return getattr(SamplingParams(**{name: v}), name)
+    except (InvalidInput, InvalidType) as exc:
+        raise format_error(file, f"array {name!r}: {exc}") from None

@@ -1,0 +1,75 @@
+"""Writing a dump: :func:`save_dump` validates the arrays with the loader's own checks, then writes them."""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import InvalidInput, InvalidType
+from .dump import Dump
+from .format import SPARSE_KINDS, array_name, check_draft_name
+
+__all__ = ["save_dump"]
+
+_LAYOUTS = ("auto", "npz", "dir")
+
+
+def _role_arrays(out: dict, role: str, draft: str | None, value, argname: str) -> None:
+    if isinstance(value, tuple):
+        if len(value) != 2:
+            raise InvalidInput(f"{argname}: a sparse role is a pair (topk_ids, topk_logprobs)")
+        for kind, part in zip(SPARSE_KINDS, value, strict=True):
+            out[array_name(role, kind, draft)] = np.asarray(part)
+    else:
+        out[array_name(role, "logits", draft)] = np.asarray(value)
+
+
+def _dump_arrays(target, drafts, tokens, lengths, meta) -> dict[str, np.ndarray]:
+    """The dump's arrays, named as in a file."""
+    out: dict[str, np.ndarray] = {}
+    _role_arrays(out, "target", None, target, "target")
+    if isinstance(drafts, Mapping):
+        if not drafts:
+            raise InvalidInput("drafts: give at least one draft")
+        for name, value in drafts.items():
+            check_draft_name(name, "drafts: name")
+            _role_arrays(out, "draft", name, value, f"drafts[{name!r}]")
+    else:
+        _role_arrays(out, "draft", None, drafts, "drafts")
+    for name, value in (("tokens", tokens), ("lengths", lengths), *meta.items()):
+        if value is not None:
+            out[name] = np.asarray(value)
+    return out
+
+
+def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=None, top_k=None, top_p=None,
+              min_p=None, vocab_size=None, layout: str = "auto", compressed: bool = False) -> str:
+    """Validate and write a dump; returns the path written.
+
+    ``target``: dense logits [N, T, V] / [T, V], or a sparse pair ``(topk_ids, topk_logprobs)``.
+    ``drafts``: one such value (saved as the draft named ``draft``) or a mapping ``name -> value``.
+    ``layout``: "npz" (one zip; ``compressed=True`` deflates it), "dir" (a directory of ``.npy``, which
+    can be memory-mapped) or "auto" (a path ending in ``.npz`` is a zip, otherwise a directory).
+    The arrays go through exactly the checks :func:`fastspec.io.load_dump` applies, before anything is written.
+    """
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if layout not in _LAYOUTS:
+        raise InvalidInput(f"layout must be 'auto', 'npz' or 'dir', got {layout!r}")
+    if layout == "auto":
+        layout = "npz" if path.endswith(".npz") else "dir"
+    if layout == "npz" and not path.endswith(".npz"):
+        raise InvalidInput(f"path {path!r}: an npz layout needs a name ending in .npz")
+    meta = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, vocab_size=vocab_size)
+    arrays = _dump_arrays(target, drafts, tokens, lengths, meta)
+    Dump.from_arrays(arrays, path).validate()
+    if layout == "npz":
+        (np.savez_compressed if compressed else np.savez)(path, **arrays)
+    else:
+        os.makedirs(path, exist_ok=True)
+        for name, a in arrays.items():
+            np.save(os.path.join(path, name + ".npy"), a, allow_pickle=False)
+    return path

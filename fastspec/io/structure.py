@@ -1,0 +1,218 @@
+"""Structural checks of a dump, from its headers and small arrays only (before any large allocation).
+
+:func:`check_structure` applies the rules of :mod:`fastspec.io.format` to the arrays of one file, in steps:
+names -> roles, one kind (dense or sparse) per dump, shapes and dtypes (N, T, V, k), metadata, vocabulary,
+``lengths`` and ``tokens``.  Every failure is a :class:`fastspec.errors.DumpFormatError` naming the file, the
+array and the offending index.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import MAX_WHOLE_ARRAY_BYTES
+from ..errors import InvalidInput
+from .format import (DEFAULT_DRAFT, FLOAT_DTYPES, METADATA, OPTIONAL_ARRAYS, SPARSE_KINDS,
+                     check_draft_name, format_error, metadata_value, parse_array_name)
+from .sources import Source
+
+__all__ = ["Layout", "check_structure", "role_key", "index_text"]
+
+
+def role_key(draft: str | None) -> str:
+    """Key of a role in :attr:`Layout.roles`: ``"target"`` (``draft`` None) or ``"draft:<name>"``."""
+    return "target" if draft is None else f"draft:{draft}"
+
+
+@dataclass
+class Layout:
+    """What the structure checks established about one dump (see :class:`fastspec.io.Dump` for the fields)."""
+
+    roles: dict  # role key -> {kind: Source}
+    kind: str
+    drafts: tuple
+    N: int
+    T: int
+    V: int | None
+    k: dict  # role key -> top-k width (sparse only)
+    rank3: bool  # arrays are [N, T, ...] (else one sequence, [T, ...])
+    metadata: dict
+    lengths: np.ndarray
+    tokens: np.ndarray | None
+
+
+def check_structure(file: str, sources: dict[str, Source]) -> Layout:
+    """The :class:`Layout` of the dump made of ``sources`` (messages name ``file``); reads only small arrays."""
+    roles, extras = _group(file, sources)
+    kind, drafts = _kind_and_drafts(file, roles)
+    lead, V, k = _shapes(file, roles, kind)
+    rank3 = len(lead) == 2
+    N, T = (lead[0], lead[1]) if rank3 else (1, lead[0])
+    metadata = {name: metadata_value(file, name, _scalar(file, extras[name])) for name in METADATA if name in extras}
+    V = _vocabulary(file, kind, metadata, V, k)
+    lengths = _lengths(file, extras.get("lengths"), N, T)
+    tokens = _tokens(file, extras.get("tokens"), N, T, rank3, lengths, V)
+    return Layout(roles, kind, drafts, N, T, V, k, rank3, metadata, lengths, tokens)
+
+
+def index_text(n: int, t: int, rank3: bool) -> str:
+    """``[n, t]`` (or ``[t]`` for a single-sequence dump) as messages write an index."""
+    return f"[{n}, {t}]" if rank3 else f"[{t}]"
+
+
+# ---- steps -----------------------------------------------------------------------------------------------------
+def _group(file, sources):
+    """Role arrays by role key and kind; the optional arrays by name.  Unknown names and empty arrays are refused."""
+    roles: dict[str, dict[str, Source]] = {}
+    extras: dict[str, Source] = {}
+    for name, src in sources.items():
+        parsed = parse_array_name(name)
+        if parsed is not None:
+            role, kind, suffix = parsed
+            if role == "target" and suffix is not None:
+                raise format_error(file, f"array {name!r}: the target takes no __name suffix; call it target_{kind}")
+            draft = None if role == "target" else (DEFAULT_DRAFT if suffix is None else _draft_name(file, name, suffix))
+            parts = roles.setdefault(role_key(draft), {})
+            if kind in parts:
+                raise format_error(file, f"arrays {parts[kind].name!r} and {name!r} both hold {kind} of the draft "
+                                         f"named {draft!r}; keep one")
+            parts[kind] = src
+        elif name in OPTIONAL_ARRAYS or name in METADATA:
+            extras[name] = src
+        else:
+            raise format_error(file, f"array {name!r}: unknown name; expected target_logits, draft_logits[__name], "
+                                     "target_topk_ids/target_topk_logprobs, draft_topk_ids[__name]/draft_topk_logprobs"
+                                     f"[__name], tokens, lengths or metadata {', '.join(METADATA)}")
+        if any(s == 0 for s in src.shape):
+            raise format_error(file, f"array {name!r}: empty array (shape {list(src.shape)})")
+    return roles, extras
+
+
+def _draft_name(file, name, suffix):
+    try:
+        return check_draft_name(suffix)
+    except InvalidInput as exc:
+        raise format_error(file, f"array {name!r}: {exc}") from None
+
+
+def _kind_and_drafts(file, roles):
+    """The dump's kind ("dense" or "sparse", the same for every role) and its sorted draft names."""
+    if "target" not in roles:
+        raise format_error(file, "missing the target: expected target_logits or target_topk_ids + target_topk_logprobs")
+    drafts = tuple(sorted(key[len("draft:"):] for key in roles if key != "target"))
+    if not drafts:
+        raise format_error(file, "no draft arrays: expected draft_logits[__name] or draft_topk_ids/logprobs[__name]")
+    kinds = set()
+    for key, parts in roles.items():
+        if "logits" in parts:
+            if len(parts) > 1:
+                raise format_error(file, f"{key}: has both dense logits and sparse top-k arrays; keep one kind per "
+                                         "dump")
+            kinds.add("dense")
+            continue
+        for need in SPARSE_KINDS:
+            if need not in parts:
+                other = next(iter(parts.values())).name
+                base = other.replace("topk_ids", need).replace("topk_logprobs", need)
+                raise format_error(file, f"array {base!r} is missing (it goes with {other!r})")
+        kinds.add("sparse")
+    if len(kinds) > 1:
+        raise format_error(file, "mixes dense logits and sparse top-k arrays across roles; use one kind for all roles")
+    return kinds.pop(), drafts
+
+
+def _check_array(file, kind, src):
+    """Rank, dtype and memory order of one role array."""
+    if not src.shape:
+        raise format_error(file, f"array {src.name!r}: is a scalar; expected [N, T, V] or [T, V]")
+    if len(src.shape) not in (2, 3):
+        raise format_error(file, f"array {src.name!r}: rank {len(src.shape)} (shape {list(src.shape)}); "
+                                 "expected [N, T, V] or [T, V]")
+    if kind in ("logits", "topk_logprobs") and src.dtype not in FLOAT_DTYPES:
+        raise format_error(file, f"array {src.name!r}: dtype {src.dtype}; expected float16, float32 or float64")
+    if kind == "topk_ids" and src.dtype.kind not in "iu":
+        raise format_error(file, f"array {src.name!r}: dtype {src.dtype}; expected an integer dtype")
+    if src.fortran and src.nbytes > MAX_WHOLE_ARRAY_BYTES:
+        raise format_error(file, f"array {src.name!r}: Fortran-ordered and large; re-save it C-contiguous")
+
+
+def _shapes(file, roles, kind):
+    """(leading dims shared by every role array, V of the dense logits or None, {role key: k} when sparse)."""
+    lead, lead_name, V, k = None, None, None, {}
+    for key, parts in roles.items():
+        for part, src in parts.items():
+            _check_array(file, part, src)
+            if lead is None:
+                lead, lead_name = src.shape[:-1], src.name
+            elif src.shape[:-1] != lead:
+                raise format_error(file, f"array {src.name!r}: shape {list(src.shape)} disagrees with {lead_name!r} "
+                                         f"on the leading [N, T] dims {list(lead)}")
+        if kind == "dense":
+            logits = parts["logits"]
+            if V is None:
+                V = logits.shape[-1]
+            elif logits.shape[-1] != V:
+                raise format_error(file, f"array {logits.name!r}: vocabulary {logits.shape[-1]} differs from the "
+                                         f"target's {V}")
+        else:
+            ids, lp = parts["topk_ids"], parts["topk_logprobs"]
+            if ids.shape != lp.shape:
+                raise format_error(file, f"arrays {ids.name!r} {list(ids.shape)} and {lp.name!r} {list(lp.shape)} "
+                                         "differ in shape")
+            k[key] = ids.shape[-1]
+    return lead, V, k
+
+
+def _scalar(file, src):
+    if src.shape not in ((), (1,)):
+        raise format_error(file, f"array {src.name!r}: metadata must be a scalar, got shape {list(src.shape)}")
+    return src.read_all().reshape(())
+
+
+def _vocabulary(file, kind, metadata, V, k):
+    """V: the logits' width (``vocab_size``, if recorded, must agree), or ``vocab_size`` (>= every k) if sparse."""
+    if kind == "dense":
+        if "vocab_size" in metadata and metadata["vocab_size"] != V:
+            raise format_error(file, f"array 'vocab_size': {metadata['vocab_size']} but the logits have V = {V}")
+        return V
+    V = metadata.get("vocab_size")
+    if V is not None:
+        for key, kk in k.items():
+            if kk > V:
+                raise format_error(file, f"{key}: k = {kk} exceeds vocab_size {V}")
+    return V
+
+
+def _integers(file, src, want, note=""):
+    if src.dtype.kind not in "iu":
+        raise format_error(file, f"array {src.name!r}: dtype {src.dtype}; expected integers")
+    if src.shape != want:
+        raise format_error(file, f"array {src.name!r}: shape {list(src.shape)}; expected {list(want)}{note}")
+    return src.read_all().astype(np.int64)
+
+
+def _lengths(file, src, N, T):
+    """Valid positions per sequence, in [1, T] (default T)."""
+    if src is None:
+        return np.full(N, T, dtype=np.int64)
+    lengths = _integers(file, src, (N,), " (one per sequence)")
+    bad = np.flatnonzero((lengths < 1) | (lengths > T))
+    if bad.size:
+        raise format_error(file, f"array 'lengths': index {bad[0]} is {lengths[bad[0]]}; lengths must be in [1, {T}]")
+    return lengths
+
+
+def _tokens(file, src, N, T, rank3, lengths, V):
+    """Token ids [N, T], in [0, V) at valid positions (padding is never read)."""
+    if src is None:
+        return None
+    tok = _integers(file, src, (N, T) if rank3 else (T,)).reshape(N, T)
+    valid = np.arange(T)[None, :] < lengths[:, None]
+    hi = V if V is not None else np.iinfo(np.int64).max
+    bad = np.argwhere(valid & ((tok < 0) | (tok >= hi)))
+    if bad.size:
+        n, t = bad[0]
+        raise format_error(file, f"array 'tokens': index {index_text(n, t, rank3)} is {tok[n, t]}; token ids must be "
+                                 f"in [0, {V if V is not None else 'V'})")
+    return tok
