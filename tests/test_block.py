@@ -1,7 +1,7 @@
 """Block verification kernels (``verify_logits/verify_probs(..., method="block")``).
 
 Goodness-of-fit against the exact Fraction enumeration of block verification
-(:func:`fastspec.exact.block_verification_distribution`): the law of the whole emitted tuple, calibrated with
+(:func:`fastspec.exact.block_distribution` with ``method="block"``): the law of the whole emitted tuple, calibrated with
 ``chi2.isf(1e-6 / N_TESTS, df)`` so that a correct kernel fails with probability < 1e-6 over the file; a
 deliberately broken block verifier (residual without the w_tau weight) is shown to fail the same test.
 """
@@ -58,7 +58,7 @@ class TinyLM:
         return p, q, np.stack([x1, x2], 1)
 
     def exact(self):
-        return E.block_verification_distribution(self.target, self.draft, 2)
+        return E.block_distribution(self.target, self.draft, 2, method="block")
 
 
 def test_paper_example_accepted_counts():

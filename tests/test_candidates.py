@@ -1,7 +1,7 @@
 """Multi-candidate and token-tree verification kernels (``fastspec.candidates``).
 
 The law of the whole emitted tuple of a depth-2 tree with two candidates per node is compared with the exact
-Fraction enumeration (:func:`fastspec.exact.candidate_block_distribution`) by a chi-square test calibrated with
+Fraction enumeration (:func:`fastspec.exact.block_distribution` with ``method="candidates"``) by a chi-square test calibrated with
 ``chi2.isf(1e-6 / N_TESTS, df)``; a deliberately broken multi-candidate verifier (residual not updated between
 candidates) is shown to fail the same test.
 """
@@ -82,7 +82,7 @@ class TinyTreeLM:
         return pt, pd, toks
 
     def exact(self, sampling):
-        return E.candidate_block_distribution(self.target, self.draft, (2, 2), sampling=sampling)
+        return E.block_distribution(self.target, self.draft, 2, method="candidates", widths=(2, 2), sampling=sampling)
 
 
 @pytest.mark.parametrize("sampling", ["iid", "without_replacement", "deterministic"])
@@ -161,7 +161,7 @@ def test_sibling_lists_equal_parent_arrays_and_chain_is_token_verification():
     assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.path, b.path)
     assert np.array_equal(parent_from_siblings(FIRST_CHILD, NEXT_SIBLING), PARENT)
     # a chain is token verification in distribution: compare against the exact token-level block
-    chain = E.candidate_block_distribution(lm.target, lm.draft, (1, 1))
+    chain = E.block_distribution(lm.target, lm.draft, 2, method="candidates", widths=(1, 1))
     tok = E.block_distribution(lm.target, lm.draft, 2)
     assert chain.emitted == tok.emitted
 

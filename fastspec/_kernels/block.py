@@ -10,7 +10,7 @@ The row emits x_1..x_tau, then a token from ``max(w_tau p_{tau+1} - q_{tau+1}, 0
 token from ``p_{n+1}``.  Positions are numbered from 0 in the code (position i holds draft x_{i+1}).  The
 residual of every position is kept as block sums (``rsum``) with the row's processing parameters (``prm``), so
 the residual token of the chosen tau needs the weights of one vocabulary block only.  The exact reference is
-:func:`fastspec.exact.block_verification_distribution`; the public entry is ``verify_logits(method="block")``.
+:func:`fastspec.exact.block_distribution` (``method="block"``); the public entry is ``verify_logits(method="block")``.
 """
 from __future__ import annotations
 
