@@ -12,9 +12,10 @@ from ._common import EXIT_BAD_INPUT, EXIT_RUNTIME
 class _OneLineErrors(TyperGroup):
     """Turns every failure into one line on stderr and the documented exit code.
 
-    Usage errors and library ``ValueError``/``TypeError``/``OSError`` (bad input)
-    exit 2; anything else is a runtime failure and exits 1.  Never a traceback
-    for a user mistake (set ``FASTSPEC_DEBUG=1`` to see one anyway).
+    Usage errors and the library's typed bad-input errors (:mod:`fastspec.errors`: InvalidInput, InvalidType,
+    DumpFormatError, DumpNotFound) exit 2; anything else -- an I/O failure, a cluster that does not answer, a
+    bug -- is a runtime failure and exits 1.  Never a traceback for a user mistake (set ``FASTSPEC_DEBUG=1`` to
+    see one anyway).
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -50,10 +51,13 @@ def _report(exc: Exception) -> int:
         where = f" ({ctx.command_path})" if ctx is not None else ""
         typer.echo(f"fastspec: error{where}: {' '.join(str(msg).split())}", err=True)
         return int(exc.exit_code) if exc.exit_code else EXIT_BAD_INPUT
-    if isinstance(exc, (ValueError, TypeError, OSError)):
+    from fastspec.errors import InvalidInput, InvalidType
+
+    if isinstance(exc, (InvalidInput, InvalidType)):
         typer.echo(f"fastspec: error: {' '.join(str(exc).split())}", err=True)
         return EXIT_BAD_INPUT
-    typer.echo(f"fastspec: error: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+    what = "" if isinstance(exc, OSError) else f"{type(exc).__name__}: "
+    typer.echo(f"fastspec: error: {what}{' '.join(str(exc).split())}", err=True)
     return EXIT_RUNTIME
 
 
@@ -63,6 +67,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text is plain text: "fastspec[plot]" keeps its brackets
     help="Exact, fast, checkable speculative-decoding verification, and offline what-if analysis of draft models.",
 )
 

@@ -1,11 +1,9 @@
 """Sharded dumps on a real Dask cluster (2 worker processes, loopback only): same bits as one machine,
 a bad shard stops the run naming it, a worker killed mid-run changes nothing, unreachable scheduler.
 
-Reference results come from a separate process, and every process here (workers, reference) shares a
-private Numba cache that a warm-up process fills first.  Reason: a kernel freshly compiled in a process
-can differ in the last bit from the same kernel loaded from Numba's cache (a pre-existing issue, pinned by
-``test_shards.py::test_fresh_compile_equals_cached_kernel``); comparing processes of the same code origin
-tests what sharding promises -- same code on the same rows gives the same bits -- without that noise.
+Reference results come from this process; the workers and the CLI subprocesses use whatever Numba cache
+they find (freshly compiled or loaded): the kernels' sums have a fixed order, so every origin gives the same bits
+(``tests/test_jit.py::test_fresh_compile_equals_cached_kernel``).
 """
 from __future__ import annotations
 
@@ -21,37 +19,19 @@ from typer.testing import CliRunner
 distributed = pytest.importorskip("distributed")
 
 import shardutil  # noqa: E402
+from fastspec.acceptance import dump_acceptance  # noqa: E402
 from fastspec.shards import TASK_PREFIX, ShardedDump  # noqa: E402
+from fastspec.simulate import simulate  # noqa: E402
 from fastspec_cli.main import app  # noqa: E402
 
 runner = CliRunner()
 FLAGS = [{}, {"temperature": 0.7, "top_k": 20, "top_p": 0.9}]
 SIM = dict(k="1-4", seed=9, trials=40, batches=10, draft_cost=0.05)
 
-_REF_SCRIPT = r"""
-import json, sys, numpy as np
-from fastspec.acceptance import dump_acceptance
-from fastspec.shards import ShardedDump
-from fastspec.simulate import simulate
-args = json.loads(sys.argv[1])
-out = {}
-for i, flags in enumerate(args["flags"]):
-    ShardedDump(args["sdir"]).acceptance(**flags)          # warm: shard signatures (aligned and not)
-    for n, r in dump_acceptance(args["merged"], **flags).items():
-        out[f"dense{i}_{n}"] = r.alpha
-for n, r in dump_acceptance(args["sparse_merged"]).items():
-    ShardedDump(args["sparse_sdir"]).acceptance()
-    out[f"sparse_{n}_lower"], out[f"sparse_{n}_upper"] = r.lower, r.upper
-np.savez(args["out"], **out)
-sim = simulate(args["merged"], **args["sim"]).as_dict()
-sim.pop("dump")
-with open(args["out"] + ".json", "w") as fh:
-    json.dump(sim, fh, sort_keys=True)
-"""
-
-
-def _env(cache):
-    return {**os.environ, "NUMBA_CACHE_DIR": cache}
+def _jsonable_sim(res):
+    d = res.as_dict()
+    d.pop("dump")
+    return json.loads(json.dumps(d, sort_keys=True))
 
 
 @pytest.fixture(scope="module")
@@ -61,16 +41,14 @@ def data(tmp_path_factory):
     merged, sdir, _ = shardutil.write(root / "dense", shardutil.make_data(21, N=24, T=32, V=300),
                                       cuts=(0, 3, 8, 9, 15, 20, 24))
     smerged, ssdir, _ = shardutil.write(root / "sparse", shardutil.make_data(22, kind="sparse"))
-    cache = str(root / "numba-cache")
-    args = dict(flags=FLAGS, merged=merged, sdir=sdir, sparse_merged=smerged, sparse_sdir=ssdir,
-                out=str(root / "ref.npz"), sim=SIM)
-    for _ in range(2):  # 1st run compiles into the private cache, 2nd computes the references from it
-        subprocess.run([sys.executable, "-c", _REF_SCRIPT, json.dumps(args)], env=_env(cache), check=True)
-    with np.load(args["out"]) as z:
-        ref = {k: z[k] for k in z.files}
-    with open(args["out"] + ".json") as fh:
-        sim = json.load(fh)
-    return dict(merged=merged, sdir=sdir, sparse_sdir=ssdir, cache=cache, ref=ref, sim=sim)
+    ref = {}
+    for i, flags in enumerate(FLAGS):
+        for n, r in dump_acceptance(merged, **flags).items():
+            ref[f"dense{i}_{n}"] = r.alpha
+    for n, r in dump_acceptance(smerged).items():
+        ref[f"sparse_{n}_lower"], ref[f"sparse_{n}_upper"] = r.lower, r.upper
+    sim = _jsonable_sim(simulate(merged, **SIM))
+    return dict(merged=merged, sdir=sdir, sparse_sdir=ssdir, ref=ref, sim=sim)
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +56,7 @@ def client(data):
     import logging
 
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                       host="127.0.0.1", silence_logs=logging.ERROR,
-                                       env={"NUMBA_CACHE_DIR": data["cache"]})
+                                       host="127.0.0.1", silence_logs=logging.ERROR)
     c = distributed.Client(cluster, set_as_default=False)
     try:
         c.wait_for_workers(2, timeout=60)
@@ -114,8 +91,8 @@ def test_sparse_bounds_bitwise_equal(client, data):
         assert r.upper.tobytes() == data["ref"][f"sparse_{n}_upper"].tobytes()
 
 
-def _run_py(code, cache, *args):
-    r = subprocess.run([sys.executable, "-c", code, *args], env=_env(cache), capture_output=True, text=True)
+def _run_py(code, *args):
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout
 
@@ -125,7 +102,7 @@ def test_simulate_identical_to_single_machine(client, data):
             "c = Client(sys.argv[1], set_as_default=False); "
             "d = simulate(sys.argv[2], client=c, **json.loads(sys.argv[3])).as_dict(); d.pop('dump'); "
             "print(json.dumps(d, sort_keys=True)); c.close()")
-    out = _run_py(code, data["cache"], client.scheduler.address, data["sdir"], json.dumps(SIM))
+    out = _run_py(code, client.scheduler.address, data["sdir"], json.dumps(SIM))
     assert json.loads(out) == data["sim"]
     assert out.strip() == json.dumps(data["sim"], sort_keys=True)  # identical text, not just close numbers
 
@@ -203,9 +180,9 @@ def test_cli_unreachable_scheduler(data):
 def test_cli_tcp_scheduler_same_json(client, data):
     cli = "import sys; from fastspec_cli.main import app; sys.argv[0] = 'fastspec'; app()"
     common = ["--json", "--k", "1-3", "--seed", "2"]
-    a = json.loads(_run_py(cli, data["cache"], "simulate", data["sdir"], "--scheduler", client.scheduler.address,
+    a = json.loads(_run_py(cli, "simulate", data["sdir"], "--scheduler", client.scheduler.address,
                            *common))
-    b = json.loads(_run_py(cli, data["cache"], "simulate", data["merged"], *common))
+    b = json.loads(_run_py(cli, "simulate", data["merged"], *common))
     assert a.pop("dump") == data["sdir"]
     b.pop("dump")
     assert a == b
@@ -216,7 +193,6 @@ def test_cli_tcp_scheduler_same_json(client, data):
 
 
 def test_cli_local_cluster(data, monkeypatch):
-    monkeypatch.setenv("NUMBA_CACHE_DIR", data["cache"])  # its workers inherit it: keep the shared cache clean
     r = runner.invoke(app, ["inspect", data["sdir"], "--scheduler", "local:1", "--json"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["N"] == 24
