@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from typing import List, Optional
 
 import typer
@@ -12,28 +13,56 @@ from .main import app
 
 
 def import_hf():
-    """fastspec.hf, or a one-line error (exit 1) naming the extra to install."""
+    """fastspec.hf (transformers set to offline and quiet), or a one-line error (exit 1) naming the extra."""
     try:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         from fastspec import hf
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
+        hf.quiet_logging()
     except ImportError as exc:
         fail(f"this command needs torch and transformers ({exc}); install the extra: pip install 'fastspec[hf]' "
              "(CPU torch: pip install torch==2.13.0)", EXIT_RUNTIME)
     return hf
 
 
-def set_threads(threads: Optional[int]) -> None:
-    import torch
+@contextmanager
+def option_errors(flag: str):
+    """Report the library's InvalidInput / InvalidType as a mistake in ``flag`` (one line, exit 2)."""
+    from fastspec.errors import InvalidInput, InvalidType
 
-    if threads is not None and threads < 1:
-        fail(f"--threads {threads} is invalid: use a positive count")
-    torch.set_num_threads(threads or max(1, min(2, os.cpu_count() or 1)))
+    try:
+        yield
+    except (InvalidInput, InvalidType) as exc:
+        fail(f"{flag}: {exc}")
+
+
+def sampling_params(temperature: float, top_k: int, top_p: float, min_p: float):
+    """The validated :class:`fastspec.params.SamplingParams` of --temperature/--top-k/--top-p/--min-p."""
+    from fastspec.params import SamplingParams
+
+    values = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
+    for name, value in values.items():
+        with option_errors("--" + name.replace("_", "-")):
+            SamplingParams(**{name: value})
+    return SamplingParams(**values)
+
+
+def check_options(hf, *, max_new_tokens: int, prompts: str, threads: Optional[int],
+                  top_k_save: Optional[int]) -> None:
+    """The options dump and measure share (models are loaded only after these pass); sets torch's threads."""
+    from fastspec.hf.args import check_max_new_tokens, positive_int
+
+    if not os.path.isfile(prompts):
+        fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
+    with option_errors("--max-new-tokens"):
+        check_max_new_tokens(max_new_tokens)
+    if top_k_save is not None:
+        with option_errors("--top-k-save"):
+            positive_int("top_k_save", top_k_save)
+    with option_errors("--threads"):
+        hf.set_threads(threads)
 
 
 def progress_bar(console: Console, label: str, total: int):
@@ -48,15 +77,6 @@ def progress_bar(console: Console, label: str, total: int):
     return bar.start, (lambda n: bar.advance(task, n)), bar.stop
 
 
-def check_common(max_new_tokens: int, temperature: float, prompts: str) -> None:
-    if max_new_tokens < 1:
-        fail(f"--max-new-tokens {max_new_tokens} is invalid: use a positive count")
-    if not temperature >= 0:
-        fail(f"--temperature {temperature:g} is invalid: use a value >= 0 (0 means greedy)")
-    if not os.path.isfile(prompts):
-        fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
-
-
 @app.command("dump")
 def dump_command(
     target: str = typer.Option(..., "--target", help="Target model: a local Hugging Face model directory or a .gguf file."),
@@ -68,8 +88,12 @@ def dump_command(
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Continuation length per prompt (stops early at EOS)."),
     temperature: float = typer.Option(1.0, "--temperature", help="Temperature the continuation is sampled at (0 = greedy); "
                                       "recorded in the dump."),
-    top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Save sparse top-K log-probabilities instead of "
-                                             "dense float16 logits."),
+    top_k: int = typer.Option(0, "--top-k", help="Top-k of the continuation sampling (0 disables); recorded."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Top-p of the continuation sampling, in (0, 1]; recorded."),
+    min_p: float = typer.Option(0.0, "--min-p", help="Min-p of the continuation sampling, in [0, 1); recorded."),
+    top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Save sparse top-K log-probabilities "
+                                             "(processed with the sampling parameters) instead of dense float16 "
+                                             "logits."),
     seed: int = typer.Option(0, "--seed", help="Seed of the continuation sampling (prompt i uses a seed derived from (seed, i))."),
     compress: Optional[bool] = typer.Option(None, "--compress/--no-compress", help="Deflate the .npz (default: on for "
                                             "sparse, off for dense)."),
@@ -77,26 +101,19 @@ def dump_command(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary of the written dump on stdout."),
 ) -> None:
     """Sample a continuation from the target for each prompt, run every model teacher-forced over it, write a dump."""
-    check_common(max_new_tokens, temperature, prompts)
-    if top_k_save is not None and top_k_save < 1:
-        fail(f"--top-k-save {top_k_save} is invalid: use a positive K (or omit it for dense logits)")
-    if os.path.exists(out) and not os.path.isdir(out) and not out.endswith(".npz"):
-        fail(f"--out {out}: exists and is not a directory; give DUMP.npz or a directory")
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        fail(f"--out {out}: directory {parent} does not exist")
+    params = sampling_params(temperature, top_k, top_p, min_p)
     hf = import_hf()
-    set_threads(threads)
-    specs = hf.parse_draft_specs(draft)
-    tmodel, tok, drafts = hf.resolve_models(target, specs)
+    check_options(hf, max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save)
+    with option_errors("--out"):
+        out = hf.check_dump_path(out)
+    tmodel, tok, drafts = hf.resolve_models(target, draft)
     ids = hf.read_prompts(prompts, tok)
-    console = Console(stderr=True)
-    start, advance, stop = progress_bar(console, "dumping prompts", len(ids))
+    start, advance, stop = progress_bar(Console(stderr=True), "dumping prompts", len(ids))
     start()
     try:
-        hf.dump_logits(out, tmodel, drafts, ids, max_new_tokens=max_new_tokens, temperature=temperature,
+        hf.dump_logits(out, tmodel, drafts, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
                        top_k_save=top_k_save, seed=seed, eos_token_id=hf.eos_ids(tmodel, tok), compressed=compress,
-                       progress=advance, workdir=parent)
+                       progress=advance, workdir=os.path.dirname(os.path.abspath(out)))
     finally:
         stop()
     from fastspec.io import load_dump

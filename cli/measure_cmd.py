@@ -1,7 +1,6 @@
 """``fastspec measure``: real speculative decoding on the CPU vs ``simulate``'s offline prediction (needs fastspec[hf])."""
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -12,47 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ._common import fail, print_json
-from .dump_cmd import check_common, import_hf, progress_bar, set_threads
+from .dump_cmd import check_options, import_hf, option_errors, progress_bar, sampling_params
 from .main import app
-
-
-def _rel_error(measured: float, pred: float | None, lo: float | None, hi: float | None) -> float | None:
-    """(prediction - measured) / measured; for an interval prediction, 0 inside it, else to the nearest end."""
-    if measured is None or not math.isfinite(measured) or measured == 0:
-        return None
-    if pred is not None:
-        return (pred - measured) / measured
-    if lo is None or hi is None:
-        return None
-    if lo <= measured <= hi:
-        return 0.0
-    near = lo if measured < lo else hi
-    return (near - measured) / measured
-
-
-def _prediction_over_prompts(path, names, ks, temperature, ratio_ci):
-    """{(draft, k): (estimate, se, half)}: the exact prediction with its uncertainty over prompts (each recorded
-    trajectory is one sample; per-prompt expected tokens and steps from the DP, delta-method ratio CI).
-    Dense dumps only (a sparse dump has only bounds)."""
-    from fastspec.acceptance import dump_acceptance, expected_tokens_per_step
-    from fastspec.io import load_dump
-
-    out = {}
-    with load_dump(path) as d:
-        if d.kind != "dense":
-            return out
-        accs = dump_acceptance(d, temperature=temperature, drafts=names)
-        L = d.lengths.astype("int64")
-        for name in names:
-            a = accs[name].alpha
-            for k in ks:
-                tok, st = [], []
-                for n in range(d.N):
-                    s = expected_tokens_per_step(a[n:n + 1], k, lengths=L[n:n + 1])
-                    tok.append(s.accepted + s.steps)
-                    st.append(s.steps)
-                out[(name, k)] = ratio_ci(tok, st)
-    return out
 
 
 @app.command("measure")
@@ -63,6 +23,9 @@ def measure_command(
     k: str = typer.Option("1,2,4", "--k", help="Draft lengths: 4, 1,2,4 or 1-4."),
     temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature of the real loop and of the "
                                       "prediction (0 = greedy)."),
+    top_k: int = typer.Option(0, "--top-k", help="Top-k of the real loop and of the prediction (0 disables)."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Top-p of the real loop and of the prediction, in (0, 1]."),
+    min_p: float = typer.Option(0.0, "--min-p", help="Min-p of the real loop and of the prediction, in [0, 1)."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens generated per prompt (stops early at EOS)."),
     seed: int = typer.Option(0, "--seed", help="Seed (the real loop and the dump it makes derive their seeds from it)."),
     repeats: int = typer.Option(1, "--repeats", help="Real-loop runs per prompt and (draft, k)."),
@@ -76,17 +39,14 @@ def measure_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
 ) -> None:
     """Measured mean acceptance length (95% CI) per (draft, k) next to simulate's prediction, and the relative error."""
-    from fastspec.simulate import parse_k_list, simulate
+    from fastspec.hf.args import positive_int
+    from fastspec.simulate import parse_k_list
 
     try:
         ks = parse_k_list(k)
     except (ValueError, TypeError) as exc:
         fail(f"--k: {exc}")
-    check_common(max_new_tokens, temperature, prompts)
-    if repeats < 1:
-        fail(f"--repeats {repeats} is invalid: use a positive count")
-    if top_k_save is not None and top_k_save < 1:
-        fail(f"--top-k-save {top_k_save} is invalid: use a positive K")
+    params = sampling_params(temperature, top_k, top_p, min_p)
     if dump is not None and not os.path.exists(dump):
         fail(f"--dump {dump}: no such file or directory")
     if dump is not None and (save_dump is not None or top_k_save is not None):
@@ -96,15 +56,17 @@ def measure_command(
     if trials is not None and trials < 2:
         fail(f"--trials {trials} is invalid: use at least 2")
     hf = import_hf()
-    set_threads(threads)
+    check_options(hf, max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save)
+    with option_errors("--repeats"):
+        positive_int("repeats", repeats)
+    if save_dump is not None:
+        with option_errors("--save-dump"):
+            hf.check_dump_path(save_dump)
     specs = hf.parse_draft_specs(draft)
     tmodel, tok, drafts = hf.resolve_models(target, specs)
-    ids = hf.read_prompts(prompts, tok)
-    if max_prompts is not None:
-        ids = ids[:max_prompts]
+    ids = hf.read_prompts(prompts, tok)[:max_prompts]
     eos = hf.eos_ids(tmodel, tok)
     console = Console(stderr=True)
-
     tmpdir = None
     path = dump
     try:
@@ -117,12 +79,11 @@ def measure_command(
             start, advance, stop = progress_bar(console, "dumping (prediction)", len(ids))
             start()
             try:
-                hf.dump_logits(path, tmodel, drafts, ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                hf.dump_logits(path, tmodel, drafts, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
                                top_k_save=top_k_save, seed=seed, eos_token_id=eos, progress=advance)
             finally:
                 stop()
-        sim = simulate(path, k=ks, drafts=list(drafts), temperature=temperature, trials=trials, seed=seed)
-        over = _prediction_over_prompts(path, list(drafts), ks, temperature, hf.ratio_ci)
+        prediction = hf.predict(path, list(drafts), ks, **params.as_dict(), trials=trials, seed=seed)
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -130,43 +91,21 @@ def measure_command(
     start, advance, stop = progress_bar(console, "real speculative loop", len(ids) * len(ks) * len(drafts))
     start()
     try:
-        meas = hf.measure(tmodel, drafts, ids, ks, temperature=temperature, seed=seed, max_new_tokens=max_new_tokens,
+        meas = hf.measure(tmodel, drafts, ids, ks, **params.as_dict(), seed=seed, max_new_tokens=max_new_tokens,
                           eos_token_id=eos, repeats=repeats, progress=advance)
     finally:
         stop()
-
-    pred = {(r.draft, r.k): r for r in sim.results}
-    rows = []
-    for m in meas:
-        p = pred[(m.draft, m.k)]
-        point = p.mean_acceptance_length_exact
-        lo, hi = p.mean_acceptance_length_lower, p.mean_acceptance_length_upper
-        po = over.get((m.draft, m.k))
-        z = None
-        if po is not None and math.isfinite(po[1]) and math.isfinite(m.standard_error):
-            se = math.hypot(po[1], m.standard_error)
-            z = (po[0] - m.mean_acceptance_length) / se if se > 0 else None
-        rows.append({
-            "draft": m.draft, "k": m.k,
-            "predicted": {"mean_acceptance_length_exact": point, "mean_acceptance_length_mc": p.mean_acceptance_length,
-                          "ci95": list(p.ci95) if p.ci95 else None, "lower": lo, "upper": hi, "alpha": p.alpha,
-                          "alpha_lower": p.alpha_lower, "alpha_upper": p.alpha_upper,
-                          "ci95_over_prompts": [po[0] - po[2], po[0] + po[2]] if po else None,
-                          "standard_error_over_prompts": po[1] if po else None},
-            "measured": m.as_dict(),
-            "relative_error": _rel_error(m.mean_acceptance_length, point, lo, hi),
-            "z_difference": z,
-            "measured_inside_prediction_interval": (lo <= m.mean_acceptance_length <= hi) if point is None else None,
-        })
+    rows = hf.compare(meas, prediction)
     config = {"target": target, "drafts": specs, "prompts": prompts, "num_prompts": len(ids),
-              "max_prompts": max_prompts, "k": ks,
-              "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed, "repeats": repeats,
-              "dump": dump if dump is not None else save_dump, "dump_kind": sim.config["dump_kind"]}
+              "max_prompts": max_prompts, "k": ks, **params.as_dict(), "max_new_tokens": max_new_tokens,
+              "seed": seed, "repeats": repeats, "dump": dump if dump is not None else save_dump,
+              "dump_kind": prediction.dump_kind}
     if as_json:
-        print_json({"config": config, "results": rows, "prediction_warnings": sim.warnings})
+        print_json({"config": config, "results": rows, "prediction_warnings": prediction.warnings})
         return
     out = Console() if Console().is_terminal else Console(width=150)
-    table = Table(title=f"fastspec measure: real loop vs simulate (T={temperature:g}, {len(ids)} prompts x "
+    sampling = params.describe() if params.filtered else f"T={temperature:g}"
+    table = Table(title=f"fastspec measure: real loop vs simulate ({sampling}, {len(ids)} prompts x "
                         f"{max_new_tokens} new tokens, repeats={repeats})", title_justify="left")
     for c in ("draft", "k", "predicted", "measured (95% CI)", "rel. error", "steps", "ms/token draft+target+verify"):
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
@@ -190,5 +129,5 @@ def measure_command(
               "over prompts (one recorded trajectory each; sparse dump: [lower, upper] bounds); measured: tokens per "
               "verify step of the real loop, 95% CI over prompts; rel. error = (predicted - measured) / measured (0 "
               "when inside a sparse interval); z = difference / combined standard error", markup=False)
-    for w in sim.warnings:
+    for w in prediction.warnings:
         out.print(f"[bold yellow]warning:[/] {w}")

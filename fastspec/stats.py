@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-__all__ = ["t_quantile_975", "batch_means_ci"]
+__all__ = ["t_quantile_975", "batch_means_ci", "ratio_ci"]
 
 _T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706}  # 4-5 digits, as published tables
 
@@ -41,3 +41,19 @@ def batch_means_ci(numerators, denominators, *, empty: float = float("nan")) -> 
     r = num[ok] / den[ok]
     se = float(r.std(ddof=1) / math.sqrt(nb))
     return est, se, se * t_quantile_975(nb - 1)
+
+
+def ratio_ci(num, den) -> tuple[float, float, float]:
+    """(estimate, se, ci95 half-width) of sum(num)/sum(den) with clusters (e.g. prompts) as the unit: delta-method
+    (linearized) variance, Student t with clusters - 1 degrees of freedom.  Fewer than two clusters, or a zero
+    denominator: infinite se and half-width (estimate NaN when the denominator is 0)."""
+    num = np.asarray(num, np.float64)
+    den = np.asarray(den, np.float64)
+    n = len(num)
+    tot = den.sum()
+    est = num.sum() / tot if tot > 0 else float("nan")
+    if n < 2 or tot <= 0:
+        return est, float("inf"), float("inf")
+    r = num - est * den
+    se = math.sqrt(n / (n - 1) * float((r ** 2).sum())) / tot
+    return est, se, se * t_quantile_975(n - 1)

@@ -5,13 +5,17 @@ Which claim each test checks (README, "three kinds of same"):
   target's exact autoregressive law, and a deliberately broken loop that the same test rejects);
 * same text under a fixed seed / deterministic rule -- greedy speculative == greedy autoregressive, cached loop
   == recompute-from-scratch loop, early-exit draft == hidden-state path;
-* dump format -- round trip through the loader, tiny-model dumps valid, mismatched tokenizer refused.
+* dump format -- round trip through the loader, tiny-model dumps valid, mismatched tokenizer refused;
+* the consolidation -- the loop's sampler (``fastspec.processing.sample_tokens``) picks the old sampler's token
+  under the same uniform and draws as many uniforms; typed errors; top-k/top-p/min-p through dump, prediction
+  and loop; library messages name no command-line option.
 Skipped cleanly when torch / transformers (the ``fastspec[hf]`` extra) are absent.
 """
 from __future__ import annotations
 
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -99,7 +103,7 @@ def test_broken_loop_fails_the_same_test(pair, monkeypatch):
     is biased, and the chi-square rejects it."""
     target, draft = pair
     params = dict(temperature=0.9, top_k=6)
-    real = hf.verify_logits
+    real = fastspec.verify_logits
     rng = np.random.default_rng(123)
 
     def broken(tl, dl, toks, **kw):
@@ -110,7 +114,7 @@ def test_broken_loop_fails_the_same_test(pair, monkeypatch):
             res.tokens[0, n] = rng.choice(len(p), p=p)
         return res
 
-    monkeypatch.setattr(hf, "verify_logits", broken)
+    monkeypatch.setattr(hf.loop, "verify_logits", broken)  # the loop's verifier
     joint = _two_token_law(target, params)
     n = 500
     stat, df = _chi2(_sample_pairs(target, draft, n, params, seed0=10_000), joint, n)
@@ -263,7 +267,7 @@ def test_dump_round_trip(model_dirs, tmp_path, sparse):
             L = int(d.lengths[i])
             cont = d.tokens[i, :L]
             # the continuation is the target's own sample under the derived seed (same text, fixed seed)
-            again = hf.generate(target, prompt, temperature=0.8, seed=hf._seed_for(5, i), max_new_tokens=6,
+            again = hf.generate(target, prompt, temperature=0.8, seed=hf.loop.derive_seed(5, i), max_new_tokens=6,
                                 eos_token_id=1)
             np.testing.assert_array_equal(cont, again)
             ref = hf.teacher_forced_logits(target, prompt, cont)
@@ -330,6 +334,8 @@ def test_measure_cli_json(model_dirs):
         assert 1.0 <= m["mean_acceptance_length"] <= r["k"] + 1
         assert m["ci95"][0] <= m["mean_acceptance_length"] <= m["ci95"][1]
         assert r["predicted"]["mean_acceptance_length_exact"] is not None and r["relative_error"] is not None
+    assert {n: obj["config"][n] for n in ("temperature", "top_k", "top_p", "min_p")} == {
+        "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
 
 
 def test_ratio_ci():
@@ -352,3 +358,145 @@ def test_core_library_does_not_import_torch():
 
     code = "import sys, fastspec, fastspec.simulate, fastspec.io; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------------------- one sampler, typed errors, layers
+
+def _old_sample(logits_row, u, params):
+    """hf's sampler before the consolidation (NumPy cumsum inverse CDF), kept as the reference."""
+    q = fastspec.probabilities(logits_row[None], **params)[0]
+    cum = np.cumsum(q)
+    i = min(int(np.searchsorted(cum, u * cum[-1], side="right")), len(q) - 1)
+    while q[i] <= 0:
+        i -= 1
+    return i
+
+
+SAMPLING = [dict(temperature=1.0), dict(temperature=0.7, top_k=5), dict(temperature=1.3, top_p=0.8, min_p=0.02),
+            dict(temperature=0)]
+
+
+@pytest.mark.parametrize("params", SAMPLING)
+def test_loop_sampler_equals_the_old_one(params):
+    """The loop draws with fastspec.processing.sample_tokens: under one uniform it picks the token the old cumsum
+    sampler picked (also u = 0 exactly), and it consumes exactly one uniform per token."""
+    from fastspec.hf.loop import _draw
+    from fastspec.params import SamplingParams
+
+    sp = SamplingParams(**params)
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        V = int(rng.integers(2, 2500))
+        row = (rng.standard_normal(V) * rng.uniform(0.2, 6)).astype(np.float32)
+        row[rng.random(V) < 0.2] = -np.inf
+        row[rng.integers(V)] = 0.0
+        seed = int(rng.integers(2 ** 32))
+        mine, ref = np.random.default_rng(seed), np.random.default_rng(seed)
+        for _ in range(3):
+            assert _draw(row, mine, sp) == _old_sample(row, ref.random(), params)
+        assert mine.random() == ref.random()  # same number of uniforms drawn
+    zero = SimpleNamespace(random=lambda: 0.0)  # a generator whose next uniform is exactly 0
+    row = np.array([-np.inf, 0.5, 2.0, -1.0], np.float32)
+    assert _draw(row, zero, sp) == _old_sample(row, 0.0, params)
+
+
+@pytest.mark.parametrize("params", SAMPLING[:3])
+def test_generate_same_tokens_as_before(pair, params):
+    """Same seeds, same text: generate() gives the tokens of the pre-consolidation loop (recompute from scratch,
+    the old sampler, one uniform per token)."""
+    target, _ = pair
+    for seed in range(3):
+        rng, seq, ref = np.random.default_rng(seed), list(PROMPT), []
+        for _ in range(12):
+            with torch.no_grad():
+                lg = target(torch.tensor([seq])).logits[0, -1].float().numpy()
+            ref.append(_old_sample(lg, rng.random(), params))
+            seq.append(ref[-1])
+        np.testing.assert_array_equal(hf.generate(target, PROMPT, seed=seed, max_new_tokens=12, **params), ref)
+
+
+def test_typed_errors(pair, tmp_path):
+    from fastspec.errors import InvalidInput, InvalidType
+
+    target, draft = pair
+    for kw, err in [(dict(k=0), InvalidInput), (dict(k=257), InvalidInput), (dict(k=1.5), InvalidType),
+                    (dict(k=True), InvalidType), (dict(top_p=1.5), InvalidInput), (dict(top_k="3"), InvalidType),
+                    (dict(min_p=1.0), InvalidInput), (dict(max_new_tokens=0), InvalidInput)]:
+        with pytest.raises(err):
+            hf.speculative_generate(target, draft, PROMPT, **{"k": 2, **kw})
+    with pytest.raises(InvalidInput, match="temperature"):
+        hf.generate(target, PROMPT, temperature=-0.5)
+    with pytest.raises(InvalidInput, match="input_ids"):
+        hf.generate(target, [[1, 2], [3, 4]])
+    with pytest.raises(InvalidInput, match="exit depth"):
+        hf.early_exit(target, 0)
+    with pytest.raises(InvalidType, match="exit depth"):
+        hf.early_exit(target, 1.0)
+    with pytest.raises(InvalidInput, match="draft name"):
+        hf.parse_draft_specs(["a__b=exit1"])
+    with pytest.raises(InvalidInput, match="twice"):
+        hf.parse_draft_specs(["x=exit1", "x=exit2"])
+    with pytest.raises(InvalidInput, match="repeats"):
+        hf.measure(target, {"d": draft}, [PROMPT], [1], repeats=0)
+    with pytest.raises(InvalidInput, match="top_k_save"):
+        hf.dump_logits(tmp_path / "d.npz", target, {"d": draft}, [PROMPT], top_k_save=0)
+    with pytest.raises(InvalidInput, match="draft name"):
+        hf.dump_logits(tmp_path / "d.npz", target, {"a__b": draft}, [PROMPT])
+    with pytest.raises(InvalidInput, match="does not exist"):
+        hf.check_dump_path(tmp_path / "no" / "d.npz")
+    with pytest.raises(InvalidInput, match="threads"):
+        hf.set_threads(0)
+    assert not os.path.exists(tmp_path / "d.npz")
+
+
+def test_library_messages_name_no_cli_flags():
+    """Layers: the library's messages never name command-line options (the CLI adds its own words)."""
+    import ast
+    import pathlib
+    import re
+
+    root = pathlib.Path(hf.__file__).parent
+    for f in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert not re.search(r"(?<![\w-])--[a-z]", node.value), (f.name, node.value)
+
+
+def test_dump_measure_compare_with_filters(pair, tmp_path):
+    """top-k / top-p / min-p reach every stage: the dump records them, its continuations are generate()'s under
+    them, the prediction and the real loop use them; compare() gives one row per (draft, k)."""
+    target, draft = pair
+    params = dict(temperature=0.9, top_k=5, top_p=0.95, min_p=0.02)
+    prompts = [PROMPT, [2, 4]]
+    out = hf.dump_logits(tmp_path / "d", target, {"d": draft}, prompts, max_new_tokens=8, seed=4, **params)
+    with load_dump(out) as d:
+        assert {n: d.metadata[n] for n in params} == pytest.approx(params)
+        for i, p in enumerate(prompts):
+            again = hf.generate(target, p, seed=hf.loop.derive_seed(4, i), max_new_tokens=8, **params)
+            np.testing.assert_array_equal(d.tokens[i, :d.lengths[i]], again)
+    pred = hf.predict(out, ["d"], [1, 2], **params, trials=4)
+    meas = hf.measure(target, {"d": draft}, prompts, [1, 2], max_new_tokens=8, seed=4, **params)
+    again = hf.measure(target, {"d": draft}, prompts, [1, 2], max_new_tokens=8, seed=4, **params)
+    assert [m.as_dict()["emitted"] for m in meas] == [m.as_dict()["emitted"] for m in again]
+    rows = hf.compare(meas, pred)
+    assert [(r["draft"], r["k"]) for r in rows] == [("d", 1), ("d", 2)]
+    for r, m in zip(rows, meas):
+        assert m.runs == 2 and m.ci95[0] <= m.mean_acceptance_length <= m.ci95[1]
+        assert r["relative_error"] == pytest.approx(
+            (r["predicted"]["mean_acceptance_length_exact"] - m.mean_acceptance_length) / m.mean_acceptance_length)
+
+
+def test_cli_sampling_options(model_dirs, tmp_path):
+    """dump and measure take --top-k/--top-p/--min-p; a bad value is one line naming the option (exit 2)."""
+    base = ["--target", model_dirs["target"], "--draft", "exit1", "--prompts", model_dirs["prompts"]]
+    for cmd, extra in [("dump", ["--out", str(tmp_path / "x.npz"), "--top-p", "1.5"]),
+                       ("measure", ["--top-k", "-1"]), ("measure", ["--min-p", "1"])]:
+        res = _cli([cmd, *base, *extra])
+        assert res.exit_code == 2, res.output
+        assert extra[-2] in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    out = str(tmp_path / "f.npz")
+    res = _cli(["dump", *base, "--out", out, "--max-new-tokens", "4", "--top-k", "3", "--top-p", "0.9",
+                "--min-p", "0.01", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    with load_dump(out) as d:
+        assert (int(d.metadata["top_k"]), float(d.metadata["top_p"]), float(d.metadata["min_p"])) == (3, 0.9, 0.01)

@@ -1,0 +1,41 @@
+"""Real models (optional extra ``fastspec[hf]``): logit dumps and a real speculative decoding loop on the CPU.
+
+This package imports torch (and, when loading models, transformers); ``fastspec/__init__.py`` and the other
+library modules never import it, so the core library works without them.  Models load from local files only
+(a Hugging Face model directory or a GGUF file); a draft can also be a self-speculative early exit ``exitL``.
+
+One concept per module:
+
+* :mod:`~fastspec.hf.models` -- :func:`load_model`, :func:`load_tokenizer`, :func:`early_exit`, the checks that a
+  draft shares the target's tokenizer and vocabulary, :func:`parse_draft_specs` / :func:`resolve_models`
+  (``NAME=MODEL`` specifications), :func:`eos_ids`, :func:`set_threads`, :func:`quiet_logging`;
+* :mod:`~fastspec.hf.prompts` -- :func:`read_prompts` (text or ``.jsonl`` chat messages, chat templates);
+* :mod:`~fastspec.hf.runner` -- the KV-cached forward runner with rollback;
+* :mod:`~fastspec.hf.loop` -- :func:`generate`, :func:`speculative_generate` (:func:`fastspec.verify_logits`
+  decides every step) and :class:`SpecResult`, :func:`teacher_forced_logits`;
+* :mod:`~fastspec.hf.dumping` -- :func:`dump_logits`, the dump ``fastspec.simulate`` reads;
+* :mod:`~fastspec.hf.measure` -- :func:`measure` / :class:`MeasureResult`: the real loop over prompts;
+* :mod:`~fastspec.hf.prediction` -- :func:`ratio_ci`, :func:`predict` and :func:`compare`: a dump's prediction
+  with its CI over prompts, relative error and z against a measurement (no torch needed there).
+* :mod:`~fastspec.hf.args` -- the argument checks the entry points share.
+
+Sampling parameters follow :class:`fastspec.params.SamplingParams`; every token is drawn by
+:func:`fastspec.processing.sample_tokens`; bad arguments raise :class:`fastspec.errors.InvalidInput` /
+:class:`~fastspec.errors.InvalidType`.
+"""
+from __future__ import annotations
+
+from .dumping import check_dump_path, dump_logits
+from .loop import SpecResult, generate, speculative_generate, teacher_forced_logits
+from .measure import MeasureResult, measure
+from .models import (check_same_tokenizer, check_vocab_size, early_exit, eos_ids, load_model, load_tokenizer,
+                     parse_draft_specs, quiet_logging, resolve_models, set_threads)
+from .prediction import Prediction, compare, predict, prediction_over_prompts, ratio_ci, relative_error, z_difference
+from .prompts import read_prompts
+
+__all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer", "resolve_models", "read_prompts",
+           "generate", "teacher_forced_logits", "speculative_generate", "SpecResult", "dump_logits", "measure",
+           "MeasureResult", "ratio_ci",
+           # also public (used by the command line and the tests)
+           "check_vocab_size", "parse_draft_specs", "eos_ids", "set_threads", "quiet_logging", "check_dump_path",
+           "Prediction", "predict", "prediction_over_prompts", "compare", "relative_error", "z_difference"]

@@ -1,0 +1,202 @@
+"""Models and tokenizers from local files: loading, self-speculative early-exit drafts, the checks that a draft
+scores the target's vocabulary, draft specifications, and the torch / transformers process settings.
+
+Everything loads with ``local_files_only=True`` (no download): a Hugging Face model directory, or a GGUF file
+(``from_pretrained(dir, gguf_file=name)``, dequantized to float32).  A draft can also be ``exitL``: the target's
+embeddings and first L decoder layers, then its final norm and LM head (:func:`early_exit`, weights shared).
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InvalidInput, InvalidType
+from ..io import check_draft_name
+from .args import positive_int
+
+__all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer", "check_vocab_size",
+           "parse_draft_specs", "resolve_models", "eos_ids", "set_threads", "quiet_logging"]
+
+_EXIT_RE = re.compile(r"^exit(\d+)$")
+_MODEL_KINDS = ("a local Hugging Face model directory, a .gguf file, or (drafts only) exitL for the target's first L "
+                "layers")
+
+
+def _split_spec(spec) -> tuple[str, dict]:
+    """(directory, extra from_pretrained kwargs) for a model path: a directory or a .gguf file."""
+    spec = os.fspath(spec)
+    if os.path.isfile(spec) and spec.lower().endswith(".gguf"):
+        return os.path.dirname(os.path.abspath(spec)), {"gguf_file": os.path.basename(spec)}
+    if os.path.isdir(spec):
+        return spec, {}
+    if not os.path.exists(spec):
+        raise InvalidInput(f"model {spec!r}: no such file or directory; give {_MODEL_KINDS}")
+    raise InvalidInput(f"model {spec!r} is a file but not a .gguf file; give a model directory or a .gguf file")
+
+
+def load_tokenizer(spec):
+    """The tokenizer of a local model directory or GGUF file (no download)."""
+    from transformers import AutoTokenizer
+
+    path, kw = _split_spec(spec)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True, **kw)
+
+
+def load_model(spec, *, dtype=torch.float32):
+    """(model, tokenizer) from a local model directory or GGUF file, in eval mode, float32 by default."""
+    from transformers import AutoModelForCausalLM
+
+    path, kw = _split_spec(spec)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype, **kw)
+    except TypeError:  # older transformers: torch_dtype
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=dtype, **kw)
+    model.eval()
+    return model, load_tokenizer(spec)
+
+
+def _decoder(model):
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "norm") or not hasattr(model, "lm_head"):
+        raise InvalidInput(f"early-exit drafts need a Llama-style decoder (model.model.layers, model.model.norm, "
+                           f"model.lm_head); {type(model).__name__} has no such structure")
+    return inner
+
+
+def early_exit(model, num_layers: int):
+    """Self-speculative draft: the target's embeddings and first ``num_layers`` decoder layers, then its final
+    norm and LM head (Draft & Verify, LayerSkip).  Shares every weight with ``model`` (no copy); owns its own
+    KV cache when run.  ``num_layers`` must be an integer in [1, number of layers]."""
+    inner = _decoder(model)
+    n = len(inner.layers)
+    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)):
+        raise InvalidType(f"exit depth {num_layers!r} must be an integer in [1, {n}]")
+    if not 1 <= num_layers <= n:
+        raise InvalidInput(f"exit depth {num_layers!r} is invalid: the target has {n} decoder layers; use exitL "
+                           f"with 1 <= L <= {n}")
+    L = int(num_layers)
+    cfg = copy.deepcopy(model.config)
+    cfg.num_hidden_layers = L
+    if getattr(cfg, "layer_types", None) is not None:
+        cfg.layer_types = list(cfg.layer_types)[:L]
+    new_inner = copy.copy(inner)  # shallow: same parameter tensors
+    new_inner._modules = dict(inner._modules)
+    new_inner._modules["layers"] = torch.nn.ModuleList(list(inner.layers)[:L])
+    new_inner.config = cfg
+    draft = copy.copy(model)
+    draft._modules = dict(model._modules)
+    draft._modules["model"] = new_inner
+    draft.config = cfg
+    draft.fastspec_exit_layers = L
+    return draft
+
+
+def check_same_tokenizer(reference, other, *, names=("target", "draft")) -> None:
+    """Raise InvalidInput unless the two tokenizers map every token string to the same id (same vocabulary and
+    special tokens): speculative decoding compares distributions over one shared vocabulary."""
+    a, b = reference.get_vocab(), other.get_vocab()
+    if a != b:
+        only_a = sorted(set(a) - set(b))[:3]
+        diff = [t for t in a if t in b and a[t] != b[t]][:3]
+        detail = (f"{len(set(a) ^ set(b))} tokens are in only one of them (e.g. {only_a})" if set(a) != set(b)
+                  else f"ids differ (e.g. {diff})")
+        raise InvalidInput(f"{names[1]} does not share the tokenizer of {names[0]} ({len(a)} vs {len(b)} tokens; "
+                           f"{detail}); speculative decoding needs the same vocabulary: use a draft from the same "
+                           "model family")
+    for attr in ("bos_token_id", "eos_token_id"):
+        if getattr(reference, attr, None) != getattr(other, attr, None):
+            raise InvalidInput(f"{names[1]} does not share the tokenizer of {names[0]}: {attr} "
+                               f"{getattr(other, attr, None)} vs {getattr(reference, attr, None)}")
+
+
+def check_vocab_size(target, draft, name: str = "draft") -> None:
+    """Raise InvalidInput unless the LM heads of ``target`` and ``draft`` have the same number of outputs."""
+    vt = target.get_output_embeddings().weight.shape[0]
+    vd = draft.get_output_embeddings().weight.shape[0]
+    if vt != vd:
+        raise InvalidInput(f"draft {name}: its LM head has {vd} outputs but the target's has {vt}; the two models "
+                           "must score the same vocabulary")
+
+
+def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
+    """{name: MODEL} from a mapping, or from ``NAME=MODEL`` / ``MODEL`` strings (the name of a bare MODEL is
+    ``exitL`` itself or the file / directory name without extension).  Names follow
+    :func:`fastspec.io.check_draft_name` and must be distinct."""
+    if isinstance(drafts, Mapping):
+        items = [(str(k), str(v)) for k, v in drafts.items()]
+    elif isinstance(drafts, (str, bytes)):
+        raise InvalidType("drafts must be a mapping or a list of NAME=MODEL strings, not one string")
+    else:
+        items = []
+        for s in drafts:
+            s = str(s)
+            if "=" in s:
+                name, spec = s.split("=", 1)
+            else:
+                spec = s
+                name = spec if _EXIT_RE.match(spec) else os.path.splitext(os.path.basename(spec.rstrip("/")))[0]
+            items.append((name.strip(), spec.strip()))
+    if not items:
+        raise InvalidInput(f"drafts: give at least one draft as NAME=MODEL (MODEL: {_MODEL_KINDS})")
+    out = {}
+    for name, spec in items:
+        check_draft_name(name)
+        if name in out:
+            raise InvalidInput(f"draft name {name!r} is given twice; names must be distinct")
+        if not spec:
+            raise InvalidInput(f"draft {name!r} has an empty MODEL; write NAME=MODEL")
+        out[name] = spec
+    return out
+
+
+def resolve_models(target, drafts: Mapping[str, str] | Sequence[str]):
+    """Load ``target`` and every draft: (target_model, tokenizer, {name: draft_model}).
+
+    ``drafts``: as :func:`parse_draft_specs` takes them; MODEL is a local model directory, a .gguf file or
+    ``exitL``.  Drafts with another tokenizer or vocabulary size are refused (InvalidInput)."""
+    specs = parse_draft_specs(drafts)
+    tmodel, tok = load_model(target)
+    out = {}
+    for name, spec in specs.items():
+        m = _EXIT_RE.match(spec)
+        if m:
+            out[name] = early_exit(tmodel, int(m.group(1)))
+            continue
+        dtok = load_tokenizer(spec)
+        check_same_tokenizer(tok, dtok, names=(f"target {target}", f"draft {name} ({spec})"))
+        out[name], _ = load_model(spec)
+        check_vocab_size(tmodel, out[name], name)
+    return tmodel, tok, out
+
+
+def eos_ids(model, tokenizer=None) -> tuple[int, ...]:
+    """End-of-sequence ids: the generation config's eos_token_id (int or list), else the tokenizer's."""
+    ids = []
+    gc = getattr(model, "generation_config", None)
+    for src in (getattr(gc, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None) if tokenizer else None):
+        if src is None:
+            continue
+        ids.extend([src] if isinstance(src, int) else list(src))
+        if ids:
+            break
+    return tuple(int(i) for i in dict.fromkeys(ids))
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Set torch's intra-op thread count: ``threads``, or min(2, CPU count) when None.  Returns the count."""
+    n = max(1, min(2, os.cpu_count() or 1)) if threads is None else positive_int("threads", threads)
+    torch.set_num_threads(n)
+    return n
+
+
+def quiet_logging() -> None:
+    """Silence transformers' informational logging and progress bars (errors are still raised)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
