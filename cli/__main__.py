@@ -1,4 +1,4 @@
 """``python -m fastspec_cli``."""
-from .main import main
+from . import main
 
 main()

@@ -1,22 +1,12 @@
-"""Shared test settings: hypothesis profiles sized for a 2-core CI machine, and one Numba code origin.
+"""Shared test settings: hypothesis sized for a 2-core machine, and the fast development selection.
 
-Numba cache: a kernel compiled in this process and the same kernel loaded from Numba's disk cache can differ
-in the last bit (vectorized reductions are reassociated differently; see
-tests/test_shards.py::test_fresh_compile_equals_cached_kernel).  Tests that compare results bitwise inside
-this process (sharded vs merged dumps, thread counts, batch composition) must not mix the two origins, which
-happens when a subprocess run by an earlier test writes a cache entry that this process later loads.  So the
-test process gets its own empty cache directory: every kernel it runs is compiled here.  Subprocesses keep
-Numba's default cache (they do not inherit this setting).
+``python -m pytest`` runs the fast selection: everything but the tests marked ``slow``, ``hf`` (real or tiny
+transformer models), ``dask`` (a local cluster), ``subprocess`` (fresh Python processes) and ``statistical``
+(calibrated goodness-of-fit tests with many samples).  ``python -m pytest --all`` -- the README test command,
+which CI runs -- runs every test; an explicit ``-m EXPRESSION`` selects as usual.
 """
-import atexit
-import shutil
-import tempfile
-
-import numba
+import pytest
 from hypothesis import HealthCheck, settings
-
-numba.config.CACHE_DIR = tempfile.mkdtemp(prefix="fastspec-test-numba-")
-atexit.register(shutil.rmtree, numba.config.CACHE_DIR, ignore_errors=True)
 
 settings.register_profile(
     "fastspec",
@@ -25,3 +15,27 @@ settings.register_profile(
     derandomize=True,  # CI runs are reproducible: same examples every time
 )
 settings.load_profile("fastspec")
+
+HEAVY = ("slow", "hf", "dask", "subprocess", "statistical")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run every test (the README test command and CI do); without it the fast development "
+                          f"selection runs (no test marked {', '.join(HEAVY)})")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--all") or config.getoption("-m"):
+        return
+    keep, dropped = [], []
+    for item in items:
+        (dropped if any(item.get_closest_marker(m) for m in HEAVY) else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def pytest_report_header(config):
+    if not (config.getoption("--all") or config.getoption("-m")):
+        return f"fast selection: tests marked {', '.join(HEAVY)} are deselected (run everything with --all)"

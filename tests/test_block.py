@@ -61,6 +61,7 @@ class TinyLM:
         return E.block_distribution(self.target, self.draft, 2, method="block")
 
 
+@pytest.mark.statistical
 def test_paper_example_accepted_counts():
     p = np.broadcast_to([1 / 3, 2 / 3], (M, 3, 2))
     q = np.broadcast_to([2 / 3, 1 / 3], (M, 2, 2))
@@ -74,6 +75,7 @@ def test_paper_example_accepted_counts():
     assert np.array_equal(rl.num_accepted, r.num_accepted)  # same uniforms, same decisions here
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("zeros", [False, True])
 def test_emitted_tuples_follow_exact_block_law_probs(zeros):
     lm = TinyLM(3, 11 + zeros, zeros=zeros)
@@ -82,6 +84,7 @@ def test_emitted_tuples_follow_exact_block_law_probs(zeros):
     assert naive.chi2_fits(emitted_counts(r), lm.exact().emitted, N_TESTS)
 
 
+@pytest.mark.statistical
 def test_emitted_tuples_one_hot_drafts():
     lm = TinyLM(3, 5, one_hot_draft=True)
     p, _, toks = lm.sample(np.random.default_rng(2), M)
@@ -89,6 +92,7 @@ def test_emitted_tuples_one_hot_drafts():
     assert naive.chi2_fits(emitted_counts(r), lm.exact().emitted, N_TESTS)
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("kw", [dict(), dict(temperature=0.8, top_k=2, min_p=0.05)])
 def test_emitted_tuples_from_logits(kw):
     """Logits through the processing pipeline: the exact law is computed on the processed distributions."""
@@ -138,6 +142,7 @@ def broken_block(p, q, toks, rng, variant):
     return out
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("variant", ["no_rescue"])
 def test_broken_block_verifiers_fail_the_same_test(variant):
     lm = TinyLM(2, 0)

@@ -85,6 +85,7 @@ class TinyTreeLM:
         return E.block_distribution(self.target, self.draft, 2, method="candidates", widths=(2, 2), sampling=sampling)
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("sampling", ["iid", "without_replacement", "deterministic"])
 def test_tree_emissions_follow_exact_law(sampling):
     lm = TinyTreeLM(3, {"iid": 1, "without_replacement": 2, "deterministic": 3}[sampling])
@@ -116,6 +117,7 @@ def broken_tree_first_token(pt, pd, toks, rng):
     return out
 
 
+@pytest.mark.statistical
 def test_broken_multi_candidate_verifier_fails():
     lm = TinyTreeLM(3, 1)
     pt, pd, toks = lm.trees(np.random.default_rng(4), M, "iid")

@@ -24,6 +24,8 @@ from fastspec.shards import TASK_PREFIX, ShardedDump  # noqa: E402
 from fastspec.simulate import simulate  # noqa: E402
 from fastspec_cli.main import app  # noqa: E402
 
+pytestmark = pytest.mark.dask
+
 runner = CliRunner()
 FLAGS = [{}, {"temperature": 0.7, "top_k": 20, "top_p": 0.9}]
 SIM = dict(k="1-4", seed=9, trials=40, batches=10, draft_cost=0.05)
@@ -97,6 +99,7 @@ def _run_py(code, *args):
     return r.stdout
 
 
+@pytest.mark.subprocess
 def test_simulate_identical_to_single_machine(client, data):
     code = ("import json, sys; from distributed import Client; from fastspec.simulate import simulate; "
             "c = Client(sys.argv[1], set_as_default=False); "
@@ -177,6 +180,7 @@ def test_cli_unreachable_scheduler(data):
     assert r.stderr.count("\n") == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in r.stderr
 
 
+@pytest.mark.subprocess
 def test_cli_tcp_scheduler_same_json(client, data):
     cli = "import sys; from fastspec_cli.main import app; sys.argv[0] = 'fastspec'; app()"
     common = ["--json", "--k", "1-3", "--seed", "2"]

@@ -31,6 +31,8 @@ import fastspec  # noqa: E402
 from fastspec import hf  # noqa: E402
 from fastspec.io import load_dump  # noqa: E402
 
+pytestmark = pytest.mark.hf
+
 V = 8
 PROMPT = [1, 3, 5]
 
@@ -86,6 +88,7 @@ def _sample_pairs(target, draft, n, params, k=2, seed0=0):
     return counts
 
 
+@pytest.mark.statistical
 def test_first_two_tokens_follow_target_distribution(pair):
     """Same distribution: the first two tokens of the real loop (k=2: both come from one verify step or a
     rejection then a new step) follow the target's exact autoregressive law; chi-square at false-alarm 1e-6."""
@@ -98,6 +101,7 @@ def test_first_two_tokens_follow_target_distribution(pair):
     assert stat < stats.chi2.isf(1e-6, df), (stat, df)
 
 
+@pytest.mark.statistical
 def test_broken_loop_fails_the_same_test(pair, monkeypatch):
     """The same test has power: a loop that resamples from p (not the residual max(p - q, 0)) after a rejection
     is biased, and the chi-square rejects it."""
@@ -352,6 +356,7 @@ def test_dump_refuses_non_empty_directory(model_dirs, tmp_path):
     assert (tmp_path / "keep.txt").read_text() == "not a dump"
 
 
+@pytest.mark.subprocess
 def test_core_library_does_not_import_torch():
     import subprocess
     import sys

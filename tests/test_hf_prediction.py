@@ -21,6 +21,8 @@ from fastspec import expected_tokens_per_step, save_dump  # noqa: E402
 from fastspec.acceptance import dump_acceptance  # noqa: E402
 from fastspec.hf import prediction as P  # noqa: E402
 
+pytestmark = pytest.mark.hf
+
 
 def test_ratio_ci_equal_denominators_is_mean_of_ratios():
     rng = np.random.default_rng(0)

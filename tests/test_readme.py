@@ -5,6 +5,8 @@ import pathlib
 import re
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -24,6 +26,7 @@ def test_readme_has_two_setup_commands():
     assert "pip install" in test and "pytest" in test and "[test" in test
 
 
+@pytest.mark.subprocess
 def test_ci_runs_exactly_the_readme_test_command():
     script = (ROOT / ".ci" / "run").read_text()
     cmd = re.search(r'^cmd="(.+)"$', script, re.M)

@@ -32,6 +32,7 @@ def test_uniform_is_never_zero_even_at_the_smallest_hash():
     assert _to_uniform(np.uint64(2 ** 64 - 1)) == 1.0
 
 
+@pytest.mark.statistical
 def test_uniformity_and_stream_independence():
     n, bins = 200_000, 100
     for key in [(0, 0), (1, 0), (0, 1)]:

@@ -77,6 +77,7 @@ def _mc_z(alpha, lengths, k, seed, alpha_for_mc=None):
     return (est - exact) / se
 
 
+@pytest.mark.statistical
 def test_mc_agrees_with_exact_calibrated():
     rng = np.random.default_rng(11)
     alpha = rng.beta(3, 1.5, size=(6, 60))
@@ -86,6 +87,7 @@ def test_mc_agrees_with_exact_calibrated():
     assert max(abs(z) for z in zs) < T_THRESHOLD, zs
 
 
+@pytest.mark.statistical
 def test_broken_replay_is_detected():
     # a replay that under-accepts by 3% (a typical off-by-something bug) must fail the same test
     rng = np.random.default_rng(11)

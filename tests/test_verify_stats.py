@@ -13,6 +13,8 @@ from scipy import stats
 import naive
 from fastspec import probabilities, verify_logits, verify_probs
 
+pytestmark = pytest.mark.statistical
+
 N_TESTS = 16  # upper bound on chi-square tests run in this file (Bonferroni)
 
 
