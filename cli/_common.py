@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: one-line errors, exit codes, number-list parsing, JSON output."""
+"""Shared CLI plumbing: one-line errors, exit codes, consoles without markup, progress, JSON output."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,6 @@ EXIT_BAD_INPUT = 2
 EXIT_RUNTIME = 1
 
 
-class UserError(Exception):
-    """A mistake in what the user gave us: one line on stderr, exit 2."""
-
-
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print ``fastspec: error: message`` (one line) on stderr and exit with ``code``."""
     one_line = " ".join(str(message).split())
@@ -23,29 +19,48 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
-def parse_float_list(text: str, name: str) -> list[str]:
-    """Split a comma-separated list of numbers, keeping each as text (exact decimals)."""
-    if text is None or not text.strip():
-        fail(f"{name} is empty; give comma-separated probabilities, e.g. {name} 0.5,0.3,0.2")
-    items = [t.strip() for t in text.split(",")]
-    for i, t in enumerate(items):
-        if not t:
-            fail(f"{name} has an empty entry at index {i}; give comma-separated numbers, e.g. 0.5,0.3,0.2")
-        try:
-            v = float(t)
-        except ValueError:
-            fail(f"{name} entry {i} is {t!r}, not a number")
-        if not math.isfinite(v):
-            fail(f"{name} entry {i} is {t!r}; entries must be finite")
-    return items
-
-
 def stdout_console():
-    """A rich Console for tables on stdout: the terminal's width, or 120 columns when piped."""
+    """A rich Console for tables on stdout: the terminal's width, or 120 columns when piped.  Markup is off:
+    paths, draft names and messages the user controls print as they are (emphasis uses ``style=``)."""
     from rich.console import Console
 
-    c = Console()
-    return c if c.is_terminal else Console(width=120)
+    c = Console(markup=False, highlight=False)
+    return c if c.is_terminal else Console(width=120, markup=False, highlight=False)
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, markup=False, highlight=False)
+
+
+def progress_bar(console, label: str, total: int | None, *, every: int | None = None):
+    """(start, advance(n), set_total(n), stop) for long work: a rich bar on a terminal; elsewhere, with ``every``,
+    one plain line on stderr per ``every`` units of work (so logs of long non-interactive runs show progress),
+    without it nothing."""
+    if console.is_terminal:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        bar = Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
+        task = bar.add_task(label, total=total)
+        return bar.start, (lambda n=1: bar.advance(task, n)), (lambda n: bar.update(task, total=n)), bar.stop
+    if every is None:
+        return (lambda: None), (lambda n=1: None), (lambda n: None), (lambda: None)
+    state = {"done": 0, "total": total, "shown": 0}
+
+    def advance(n=1):
+        state["done"] += n
+        if state["done"] - state["shown"] >= every or state["done"] == state["total"]:
+            state["shown"] = state["done"]
+            of = f"/{state['total']}" if state["total"] else ""
+            sys.stderr.write(f"fastspec: {label}: {state['done']}{of}\n")
+            sys.stderr.flush()
+
+    def set_total(n):
+        state["total"] = n
+
+    return (lambda: None), advance, set_total, (lambda: None)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -8,9 +8,6 @@ from typing import Iterator
 
 from ._common import EXIT_RUNTIME, fail
 
-SCHEDULER_HELP = ("Run the α pass on Dask: local (one worker process per core), local:N (N worker processes on "
-                  "this machine) or tcp://HOST:PORT (an existing dask-scheduler; every worker must see the dump's "
-                  "paths). Needs pip install 'fastspec[dask]'.")
 CONNECT_TIMEOUT_S = 5
 
 

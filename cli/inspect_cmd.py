@@ -1,13 +1,15 @@
 """``fastspec inspect DUMP``: what a logit dump holds, and per-draft acceptance figures."""
 from __future__ import annotations
 
+import os
 from typing import Optional
 
-import typer
 from rich.table import Table
 
-from ._common import print_json, stdout_console
-from ._dask import SCHEDULER_HELP, open_scheduler
+from ._common import fail, print_json, stdout_console
+from ._dask import open_scheduler
+from ._options import (check_sampling, dump_argument, json_option, k_option, min_p_option, parse_k, scheduler_option,
+                       temperature_option, top_k_option, top_p_option)
 from .main import app
 
 
@@ -21,42 +23,43 @@ def _size(n: int) -> str:
 
 @app.command("inspect")
 def inspect_command(
-    dump: str = typer.Argument(..., help="Logit dump: an .npz file or a directory of .npy files (see data/README.md)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Temperature (0 = greedy); default: the dump's recorded value, else 1."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="Top-k filter (0 = off); dense dumps only."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="Top-p filter (1 = off); dense dumps only."),
-    min_p: Optional[float] = typer.Option(None, "--min-p", help="Min-p filter (0 = off); dense dumps only."),
-    k: int = typer.Option(4, "--k", min=1, help="Draft length for the expected acceptance length (trajectory DP)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON on stdout."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    dump: str = dump_argument(),
+    temperature: Optional[float] = temperature_option(),
+    top_k: Optional[int] = top_k_option(),
+    top_p: Optional[float] = top_p_option(),
+    min_p: Optional[float] = min_p_option(),
+    k: str = k_option("4", "Expected tokens per step (trajectory DP) are shown for each."),
+    as_json: bool = json_option("Machine-readable JSON on stdout."),
+    scheduler: Optional[str] = scheduler_option(),
 ) -> None:
     """Show the arrays, shapes and drafts of a dump, and each draft's acceptance rate α."""
-    from fastspec.acceptance import alpha_summary, dump_acceptance, expected_tokens_per_step
+    from fastspec.acceptance import alpha_summary, dump_acceptance, expected_tokens_per_step, resolve_sampling
     from fastspec.shards import load_any  # a dump, or a directory of shards (fastspec.shards)
 
+    ks = parse_k(k)
+    given = check_sampling(temperature, top_k, top_p, min_p)
+    if not os.path.exists(dump):
+        fail(f"{dump}: no such file or directory")
     with open_scheduler(scheduler) as client, load_any(dump, client=client) as d:
         info = d.describe()
+        settings = resolve_sampling(d, **given).as_dict()
         acc = d.acceptance if hasattr(d, "acceptance") else (lambda **kw: dump_acceptance(d, **kw))
-        res = acc(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
-        md = d.metadata
-        settings = {
-            "temperature": md.get("temperature", 1.0) if temperature is None else temperature,
-            "top_k": md.get("top_k", 0) if top_k is None else top_k,
-            "top_p": md.get("top_p", 1.0) if top_p is None else top_p,
-            "min_p": md.get("min_p", 0.0) if min_p is None else min_p,
-        }
+        res = acc(**given)
         drafts = {}
         for name, r in res.items():
             entry: dict = {"exact": r.exact}
             if r.exact:
                 entry["alpha"] = alpha_summary(r.alpha, r.valid)
-                st = expected_tokens_per_step(r.alpha, k, lengths=d.lengths)
-                entry["expected"] = st.as_dict()
+                by_k = {kk: expected_tokens_per_step(r.alpha, kk, lengths=d.lengths).as_dict() for kk in ks}
+                entry["expected"] = by_k[ks[0]]
+                entry["expected_by_k"] = by_k
             else:
                 entry["alpha_lower"] = alpha_summary(r.lower, r.valid)
                 entry["alpha_upper"] = alpha_summary(r.upper, r.valid)
-                entry["expected_at_lower"] = expected_tokens_per_step(r.lower, k, lengths=d.lengths).as_dict()
-                entry["expected_at_upper"] = expected_tokens_per_step(r.upper, k, lengths=d.lengths).as_dict()
+                lo = {kk: expected_tokens_per_step(r.lower, kk, lengths=d.lengths).as_dict() for kk in ks}
+                hi = {kk: expected_tokens_per_step(r.upper, kk, lengths=d.lengths).as_dict() for kk in ks}
+                entry["expected_at_lower"], entry["expected_at_upper"] = lo[ks[0]], hi[ks[0]]
+                entry["expected_at_lower_by_k"], entry["expected_at_upper_by_k"] = lo, hi
             drafts[name] = entry
     info["settings"] = settings
     info["acceptance"] = drafts
@@ -65,7 +68,7 @@ def inspect_command(
         return
 
     con = stdout_console()
-    con.print(f"[bold]{info['path']}[/bold]  ({info['format']}, {_size(info['size_on_disk'])} on disk)")
+    con.print(f"{info['path']}  ({info['format']}, {_size(info['size_on_disk'])} on disk)", style="bold")
     v = info["V"] if info["V"] is not None else "unknown"
     con.print(f"{info['kind']} dump: N={info['N']} sequences, T={info['T']} positions, V={v}, "
               f"{info['valid_positions']} valid positions; drafts: {', '.join(info['drafts'])}")
@@ -79,25 +82,27 @@ def inspect_command(
     con.print(t)
     s = settings
     t = Table(title=f"acceptance (temperature={s['temperature']:g}, top_k={s['top_k']}, top_p={s['top_p']:g}, "
-                    f"min_p={s['min_p']:g}; k={k})")
-    for col in ("draft", "mean α", "std (positions)", "std (sequences)", "seq min..max", f"tokens/step (k={k})",
-                "draft acc. rate"):
+                    f"min_p={s['min_p']:g})")
+    cols = ["draft", "mean α", "std (positions)", "std (sequences)", "seq min..max"]
+    cols += [f"tokens/step (k={kk})" for kk in ks] + [f"draft acc. rate (k={ks[0]})"]
+    for col in cols:
         t.add_column(col, justify="right" if col != "draft" else "left")
     for name, e in drafts.items():
         if e["exact"]:
             a, x = e["alpha"], e["expected"]
+            per_k = [f"{e['expected_by_k'][kk]['mean_acceptance_length']:.3f}" for kk in ks]
             t.add_row(name, f"{a['mean']:.4f}", f"{a['std_positions']:.4f}", f"{a['std_sequences']:.4f}",
-                      f"{a['min_sequence']:.3f}..{a['max_sequence']:.3f}", f"{x['mean_acceptance_length']:.3f}",
-                      f"{x['draft_acceptance_rate']:.3f}")
+                      f"{a['min_sequence']:.3f}..{a['max_sequence']:.3f}", *per_k, f"{x['draft_acceptance_rate']:.3f}")
         else:
             lo, hi = e["alpha_lower"], e["alpha_upper"]
             xl, xh = e["expected_at_lower"], e["expected_at_upper"]
+            per_k = [f"{e['expected_at_lower_by_k'][kk]['mean_acceptance_length']:.3f}.."
+                     f"{e['expected_at_upper_by_k'][kk]['mean_acceptance_length']:.3f}" for kk in ks]
             t.add_row(name, f"[{lo['mean']:.4f}, {hi['mean']:.4f}]", f"{lo['std_positions']:.4f}",
-                      f"{lo['std_sequences']:.4f}", f"{lo['min_sequence']:.3f}..{hi['max_sequence']:.3f}",
-                      f"{xl['mean_acceptance_length']:.3f}..{xh['mean_acceptance_length']:.3f}",
+                      f"{lo['std_sequences']:.4f}", f"{lo['min_sequence']:.3f}..{hi['max_sequence']:.3f}", *per_k,
                       f"{xl['draft_acceptance_rate']:.3f}..{xh['draft_acceptance_rate']:.3f}")
     con.print(t)
     if info["kind"] == "sparse":
-        con.print("sparse top-k dump: α is known only within \\[lower, upper]; expected figures are evaluated at "
+        con.print("sparse top-k dump: α is known only within [lower, upper]; expected figures are evaluated at "
                   "the two ends of the interval. The mean acceptance length is non-decreasing in every α_t, so its two "
                   "values bound the true one; the draft acceptance rate at the ends is not a bound.")

@@ -7,11 +7,12 @@ import tempfile
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ._common import fail, print_json
-from .dump_cmd import check_options, import_hf, option_errors, progress_bar, sampling_params
+from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
+from ._hf import check_options, import_hf
+from ._options import (json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
+                       temperature_option, top_k_option, top_p_option)
 from .main import app
 
 
@@ -20,14 +21,14 @@ def measure_command(
     target: str = typer.Option(..., "--target", help="Target model: a local Hugging Face model directory or a .gguf file."),
     draft: List[str] = typer.Option(..., "--draft", help="NAME=MODEL (repeatable); MODEL: directory, .gguf file or exitL."),
     prompts: str = typer.Option(..., "--prompts", help="Prompts file (text, one per line, or .jsonl chat messages)."),
-    k: str = typer.Option("1,2,4", "--k", help="Draft lengths: 4, 1,2,4 or 1-4."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature of the real loop and of the "
-                                      "prediction (0 = greedy)."),
-    top_k: int = typer.Option(0, "--top-k", help="Top-k of the real loop and of the prediction (0 disables)."),
-    top_p: float = typer.Option(1.0, "--top-p", help="Top-p of the real loop and of the prediction, in (0, 1]."),
-    min_p: float = typer.Option(0.0, "--min-p", help="Min-p of the real loop and of the prediction, in [0, 1)."),
+    k: str = k_option("1,2,4"),
+    temperature: float = temperature_option(1.0, "Sampling temperature of the real loop and of the prediction "
+                                                 "(0 = greedy)."),
+    top_k: int = top_k_option(0, "Top-k of the real loop and of the prediction (0 disables)."),
+    top_p: float = top_p_option(1.0, "Top-p of the real loop and of the prediction, in (0, 1]."),
+    min_p: float = min_p_option(0.0, "Min-p of the real loop and of the prediction, in [0, 1)."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens generated per prompt (stops early at EOS)."),
-    seed: int = typer.Option(0, "--seed", help="Seed (the real loop and the dump it makes derive their seeds from it)."),
+    seed: int = seed_option("Seed (the real loop and the dump it makes derive their seeds from it)."),
     repeats: int = typer.Option(1, "--repeats", help="Real-loop runs per prompt and (draft, k)."),
     max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="Use only the first N prompts of the file."),
     dump: Optional[str] = typer.Option(None, "--dump", help="Predict from this existing dump of the same prompts "
@@ -36,16 +37,12 @@ def measure_command(
     save_dump: Optional[str] = typer.Option(None, "--save-dump", help="Keep the prediction dump it makes at this path."),
     trials: Optional[int] = typer.Option(None, "--trials", help="simulate's Monte-Carlo replays per sequence."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    as_json: bool = json_option(),
 ) -> None:
     """Measured mean acceptance length (95% CI) per (draft, k) next to simulate's prediction, and the relative error."""
     from fastspec.hf.args import positive_int
-    from fastspec.simulate import parse_k_list
 
-    try:
-        ks = parse_k_list(k)
-    except (ValueError, TypeError) as exc:
-        fail(f"--k: {exc}")
+    ks = parse_k(k)
     params = sampling_params(temperature, top_k, top_p, min_p)
     if dump is not None and not os.path.exists(dump):
         fail(f"--dump {dump}: no such file or directory")
@@ -66,7 +63,7 @@ def measure_command(
     tmodel, tok, drafts = hf.resolve_models(target, specs)
     ids = hf.read_prompts(prompts, tok)[:max_prompts]
     eos = hf.eos_ids(tmodel, tok)
-    console = Console(stderr=True)
+    console = stderr_console()
     tmpdir = None
     path = dump
     try:
@@ -76,7 +73,7 @@ def measure_command(
             else:
                 tmpdir = tempfile.mkdtemp(prefix="fastspec-measure-")
                 path = os.path.join(tmpdir, "dump")
-            start, advance, stop = progress_bar(console, "dumping (prediction)", len(ids))
+            start, advance, _, stop = progress_bar(console, "dumping (prediction)", len(ids), every=1)
             start()
             try:
                 hf.dump_logits(path, tmodel, drafts, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
@@ -88,7 +85,8 @@ def measure_command(
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
 
-    start, advance, stop = progress_bar(console, "real speculative loop", len(ids) * len(ks) * len(drafts))
+    start, advance, _, stop = progress_bar(console, "real speculative loop", len(ids) * len(ks) * len(drafts),
+                                           every=1)
     start()
     try:
         meas = hf.measure(tmodel, drafts, ids, ks, **params.as_dict(), seed=seed, max_new_tokens=max_new_tokens,
@@ -103,7 +101,7 @@ def measure_command(
     if as_json:
         print_json({"config": config, "results": rows, "prediction_warnings": prediction.warnings})
         return
-    out = Console() if Console().is_terminal else Console(width=150)
+    out = stdout_console()
     sampling = params.describe() if params.filtered else f"T={temperature:g}"
     table = Table(title=f"fastspec measure: real loop vs simulate ({sampling}, {len(ids)} prompts x "
                         f"{max_new_tokens} new tokens, repeats={repeats})", title_justify="left")
@@ -128,6 +126,6 @@ def measure_command(
     out.print("predicted: simulate's exact expectation (trajectory DP) over the dump's recorded trajectories, 95% CI "
               "over prompts (one recorded trajectory each; sparse dump: [lower, upper] bounds); measured: tokens per "
               "verify step of the real loop, 95% CI over prompts; rel. error = (predicted - measured) / measured (0 "
-              "when inside a sparse interval); z = difference / combined standard error", markup=False)
+              "when inside a sparse interval); z = difference / combined standard error")
     for w in prediction.warnings:
-        out.print(f"[bold yellow]warning:[/] {w}")
+        out.print(f"warning: {w}", style="bold yellow")

@@ -5,11 +5,12 @@ import os
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ._common import fail, print_json, stdout_console
-from ._dask import SCHEDULER_HELP, open_scheduler
+from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
+from ._dask import open_scheduler
+from ._options import (check_sampling, dump_argument, json_option, k_option, min_p_option, option_errors, parse_k,
+                       scheduler_option, seed_option, temperature_option, top_k_option, top_p_option)
 from .main import app
 
 
@@ -21,93 +22,76 @@ def _fmt(v, digits=3):
 
 @app.command("simulate")
 def simulate_command(
-    dump: str = typer.Argument(..., help="Logit dump: .npz file or directory of .npy files (see data/README.md)."),
-    k: str = typer.Option("4", "--k", help="Draft length(s): 4, 1,2,4,8 or 1-8."),
-    draft: Optional[List[str]] = typer.Option(None, "--draft", help="Draft name (repeatable); default: every draft."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature for both "
-                                                "models (0 = greedy); default: the dump's recorded one."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="Top-k for both models (0 disables)."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="Top-p for both models, in (0, 1]."),
-    min_p: Optional[float] = typer.Option(None, "--min-p", help="Min-p for both models, in [0, 1)."),
-    mode: str = typer.Option("bernoulli", "--mode", help="bernoulli (replay recorded alpha_t) or token (real "
-                             "tokens through fastspec's verifier)."),
-    trials: Optional[int] = typer.Option(None, "--trials", help="Replays per sequence (default 200 bernoulli, 4 token)."),
-    seed: int = typer.Option(0, "--seed", help="Seed; the same seed gives identical output whatever the thread count."),
-    draft_cost: Optional[float] = typer.Option(None, "--draft-cost", help="One draft forward relative to one "
-                                               "target forward (c)."),
-    verify_cost: Optional[str] = typer.Option(None, "--verify-cost", help="Target verify cost as a function of k: "
-                                              "1, 1+0.05k, or a JSON table {\"1\": 1.02, ...} (inline or file)."),
-    verify: str = typer.Option("token", "--verify", help="Verification method(s), side by side: token, block or "
-                               "token,block (block verification: Sun et al. 2024; Monte-Carlo through the block "
-                               "kernel, needs dense logits)."),
-    candidates: str = typer.Option("1", "--candidates", help="Candidates per drafted position (token verification "
-                                   "with recursive rejection sampling), e.g. 1,2,4; exact via per-position beta_t(w)."),
-    candidate_sampling: str = typer.Option("iid", "--candidate-sampling", help="How the w candidates are proposed: "
-                                           "iid (drawn from the draft) or deterministic (top-w draft logits)."),
-    block_trials: Optional[int] = typer.Option(None, "--block-trials", help="Replays per sequence for block "
-                                               "verification (real tokens through the kernel; default 10)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Write a PNG: tokens per step and speed-up vs k, and "
-                                       "per-position acceptance (needs matplotlib: pip install 'fastspec[plot]')."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help=SCHEDULER_HELP),
+    dump: str = dump_argument(),
+    k: str = k_option(),
+    draft: Optional[List[str]] = typer.Option(None, "--draft", metavar="NAME", help="Simulate only this draft of the "
+                                              "dump (repeatable); default: every draft."),
+    temperature: Optional[float] = temperature_option(),
+    top_k: Optional[int] = top_k_option(),
+    top_p: Optional[float] = top_p_option(),
+    min_p: Optional[float] = min_p_option(),
+    mode: str = typer.Option("bernoulli", "--mode", metavar="MODE", help="bernoulli (replay recorded alpha_t) or "
+                             "token (real tokens through fastspec's verifier)."),
+    trials: Optional[int] = typer.Option(None, "--trials", metavar="N", help="Replays per sequence (default 200 "
+                                         "bernoulli, 4 token)."),
+    seed: int = seed_option(),
+    draft_cost: Optional[float] = typer.Option(None, "--draft-cost", metavar="C", help="One draft forward relative "
+                                               "to one target forward (c)."),
+    verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="COST", help="Target verify cost as a "
+                                              "function of k: 1, 1+0.05k, or a JSON table {\"1\": 1.02, ...} (inline "
+                                              "or file)."),
+    verify: str = typer.Option("token", "--verify", metavar="METHODS", help="Verification method(s), side by side: "
+                               "token, block or token,block (block verification: Sun et al. 2024; Monte-Carlo through "
+                               "the block kernel, needs dense logits)."),
+    candidates: str = typer.Option("1", "--candidates", metavar="W", help="Candidates per drafted position (token "
+                                   "verification with recursive rejection sampling), e.g. 1,2,4; exact via "
+                                   "per-position beta_t(w)."),
+    candidate_sampling: str = typer.Option("iid", "--candidate-sampling", metavar="HOW", help="How the w candidates "
+                                           "are proposed: iid (drawn from the draft) or deterministic (top-w draft "
+                                           "logits)."),
+    block_trials: Optional[int] = typer.Option(None, "--block-trials", metavar="N", help="Replays per sequence for "
+                                               "block verification (real tokens through the kernel; default 10)."),
+    as_json: bool = json_option(),
+    plot: Optional[str] = typer.Option(None, "--plot", metavar="PNG", help="Write a PNG: tokens per step and "
+                                       "speed-up vs k, and per-position acceptance (needs matplotlib: pip install "
+                                       "'fastspec[plot]')."),
+    scheduler: Optional[str] = scheduler_option(),
 ) -> None:
     """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
-    from fastspec.simulate import MODES, parse_k_list, simulate
+    from fastspec.simulate import VerifyCost, simulate
+    from fastspec.simulate.config import block_trials as check_block_trials, check_mode, check_trials, variants
 
-    try:
-        ks = parse_k_list(k)
-    except (ValueError, TypeError) as exc:
-        fail(f"--k: {exc}")
-    if mode not in MODES:
-        fail(f"--mode {mode!r} is unknown; choose one of: {', '.join(MODES)}")
-    if temperature is not None and not temperature >= 0:
-        fail(f"--temperature {temperature:g} is invalid: use a value >= 0 (0 means greedy)")
-    if top_p is not None and not 0 < top_p <= 1:
-        fail(f"--top-p {top_p:g} is invalid: use a value in (0, 1]")
-    if top_k is not None and top_k < 0:
-        fail(f"--top-k {top_k} is invalid: use 0 (disabled) or a positive count")
-    if min_p is not None and not 0 <= min_p < 1:
-        fail(f"--min-p {min_p:g} is invalid: use a value in [0, 1)")
-    if trials is not None and trials < 2:
-        fail(f"--trials {trials} is invalid: use at least 2")
-    if draft_cost is not None and not draft_cost >= 0:
-        fail(f"--draft-cost {draft_cost:g} is invalid: use a value >= 0")
+    ks = parse_k(k)
+    given = check_sampling(temperature, top_k, top_p, min_p)
+    with option_errors("--mode"):
+        check_mode(mode)
+    with option_errors("--trials"):
+        check_trials(trials, mode)
+    with option_errors("--block-trials"):
+        check_block_trials(block_trials, 1)
+    with option_errors("--verify/--candidates/--candidate-sampling"):
+        variants(verify, candidates, candidate_sampling)
+    with option_errors("--verify-cost"):
+        VerifyCost.parse(verify_cost)
+    if draft_cost is not None and not (draft_cost >= 0 and draft_cost < float("inf")):
+        fail(f"--draft-cost {draft_cost:g} is invalid: use a finite value >= 0")
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
-    plt = None
-    if plot is not None:
-        try:
-            import matplotlib
+    plt, plot = (None, None) if plot is None else _plot_target(plot)
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt  # noqa: F811
-        except ImportError:
-            fail("--plot needs matplotlib: pip install 'fastspec[plot]' (or pip install matplotlib)")
-
-    console = Console(stderr=True)
-    show_progress = not as_json and console.is_terminal
-    if show_progress:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        bar = Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                       TimeElapsedColumn(), console=console, transient=True)
-        task = bar.add_task("simulate", total=None)
-        bar.start()
-        progress_total = lambda n: bar.update(task, total=n)  # noqa: E731
-        progress = lambda n: bar.advance(task, n)  # noqa: E731
-    else:
-        bar = None
-        progress_total = progress = None
+    console = stderr_console()
+    start, advance, set_total, stop = progress_bar(console, "simulating", None) if not as_json else (None,) * 4
+    if start is not None:
+        start()
     try:
         with open_scheduler(scheduler) as client:
-            res = simulate(dump, k=ks, drafts=draft or None, temperature=temperature, top_k=top_k, top_p=top_p,
-                           min_p=min_p, mode=mode, trials=trials, seed=seed, draft_cost=draft_cost,
-                           verify_cost=verify_cost, progress=progress, progress_total=progress_total, client=client,
-                           verify=verify, candidates=candidates, candidate_sampling=candidate_sampling,
-                           block_trials=block_trials)
+            res = simulate(dump, k=ks, drafts=draft or None, **given, mode=mode, trials=trials, seed=seed,
+                           draft_cost=draft_cost, verify_cost=verify_cost, progress=advance, progress_total=set_total,
+                           client=client, verify=verify, candidates=candidates,
+                           candidate_sampling=candidate_sampling, block_trials=block_trials)
     finally:
-        if bar is not None:
-            bar.stop()
+        if stop is not None:
+            stop()
 
     if plot is not None:
         _plot(res, plot, plt)
@@ -119,6 +103,26 @@ def simulate_command(
         typer.echo(f"fastspec: WARNING: draft {r.draft!r} k={r.k}: the Monte-Carlo estimate disagrees with the exact "
                    f"expectation (z = {r.mc_vs_exact_z:.2f}) or the token-mode acceptance check failed: a bug or "
                    f"too few trials", err=True)
+
+
+def _plot_target(path: str):
+    """(pyplot, the PNG path that will be written), checked before any computation: matplotlib is there, the
+    directory exists and the file can be written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        fail("--plot needs matplotlib: pip install 'fastspec[plot]' (or pip install matplotlib)")
+    if not path.lower().endswith(".png"):
+        path += ".png"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        fail(f"--plot {path}: the directory {folder} does not exist")
+    if os.path.isdir(path) or not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        fail(f"--plot {path}: cannot write a file there")
+    return plt, path
 
 
 def _variant_label(r) -> str:
@@ -165,9 +169,7 @@ def _print_human(res, plot) -> None:
     out.print(table)
     notes = {r.exact_reason for r in res.results if r.exact_reason}
     for n in notes:
-        from rich.markup import escape
-
-        out.print(escape(f"block verification: {n}"))
+        out.print(f"block verification: {n}")
     if any(r.candidates > 1 for r in res.results):
         out.print("candidates w > 1: exact = trajectory DP on the per-position acceptance beta_t(w) of w candidates "
                   f"({cfg.get('candidate_sampling')}); speed-up uses verify_cost(k*w) for the k*w tree nodes")
@@ -197,7 +199,7 @@ def _print_human(res, plot) -> None:
     for a in res.assumptions:
         out.print(f"  - {a}")
     for w in res.warnings:
-        out.print(f"[bold yellow]warning:[/] {w}")
+        out.print(f"warning: {w}", style="bold yellow")
     if plot:
         out.print(f"plot written to {plot}")
 

@@ -37,13 +37,21 @@ def test_inspect_json_values(tmp_path):
     assert out["kind"] == "dense" and out["drafts"] == ["same", "tiny"] and (out["N"], out["T"], out["V"]) == (2, 6, 30)
     a = acceptance_rates(P, Q, temperature=0.5)
     valid = np.arange(6)[None] < np.array([6, 4])[:, None]
-    assert out["acceptance"]["tiny"]["alpha"]["mean"] == abs(out["acceptance"]["tiny"]["alpha"]["mean"])
+    from fastspec.analysis import expected_tokens_per_step
+
+    want = expected_tokens_per_step(np.where(valid, a, 0.0), 3, lengths=np.array([6, 4]))
+    got = out["acceptance"]["tiny"]["expected"]
+    assert got["mean_acceptance_length"] == want.mean_acceptance_length and got["k"] == 3
+    assert out["acceptance"]["tiny"]["expected_by_k"] == {"3": got}
     assert abs(out["acceptance"]["tiny"]["alpha"]["mean"] - a[valid].mean()) < 1e-12
     assert abs(out["acceptance"]["same"]["alpha"]["mean"] - 1.0) < 1e-12
     assert out["acceptance"]["same"]["expected"]["mean_acceptance_length"] > 1
     assert out["settings"]["temperature"] == 0.5
     r = runner.invoke(app, ["inspect", path, "--json"])
     assert json.loads(r.stdout)["settings"]["temperature"] == 0.8  # recorded metadata is the default
+    r = runner.invoke(app, ["inspect", path, "--json", "--k", "1-3"])  # --k takes what simulate's --k takes
+    by_k = json.loads(r.stdout)["acceptance"]["tiny"]["expected_by_k"]
+    assert sorted(by_k) == ["1", "2", "3"] and by_k["1"]["k"] == 1
 
 
 def test_inspect_sparse(tmp_path):

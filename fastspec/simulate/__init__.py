@@ -53,11 +53,11 @@ import numpy as np
 from .._numba.rng import seed_bits
 from ..acceptance import DraftAcceptance, alpha_summary, dump_acceptance, resolve_sampling
 from ..analysis import expected_tokens_closed_form, expected_tokens_per_step
-from ..config import AGREEMENT_Z, DEFAULT_BATCHES, DEFAULT_TRIALS, MAX_TRIALS, MIN_TRIALS
-from ..errors import InvalidInput, InvalidType
+from ..config import AGREEMENT_Z, DEFAULT_BATCHES
+from ..errors import InvalidInput
 from ..stats import batch_means_ci
 from . import runners
-from .config import MODES, block_trials as _block_trials, parse_k_list, variants as _variants
+from .config import MODES, block_trials as _block_trials, check_trials, parse_k_list, variants as _variants
 from .costs import CostModel, VerifyCost
 from .results import (ASSUMPTIONS, BLOCK_EXACT_REASON, VARIANT_ASSUMPTIONS, DraftKResult, SimulationResult,
                       sampling_warnings)
@@ -121,12 +121,8 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     """
     ks = parse_k_list(k)
     variant_list = _variants(verify, candidates, candidate_sampling)
-    if mode not in MODES:
-        raise InvalidInput(f"mode {mode!r} is unknown; choose one of: {', '.join(MODES)}")
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise InvalidType(f"seed must be an integer, got {seed!r}")
+    trials = check_trials(trials, mode)
     seed = seed_bits(seed)
-    trials = _check_int("trials", DEFAULT_TRIALS[mode] if trials is None else trials, MIN_TRIALS, MAX_TRIALS)
     batches = _check_int("batches", batches, 2)
     batches = min(batches, trials)
     trials = int(-(-trials // batches) * batches)

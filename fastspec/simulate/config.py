@@ -6,11 +6,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import DEFAULT_BLOCK_TRIALS, MAX_CANDIDATES, MAX_K
+from ..config import DEFAULT_BLOCK_TRIALS, DEFAULT_TRIALS, MAX_CANDIDATES, MAX_K, MAX_TRIALS, MIN_TRIALS
 from ..errors import InvalidInput, InvalidType
 from ..methods import check_candidate_sampling, check_method
 
-__all__ = ["parse_k_list", "MODES", "variants", "block_trials"]
+__all__ = ["parse_k_list", "MODES", "variants", "block_trials", "check_mode", "check_trials"]
 
 MODES = ("bernoulli", "token")
 SIMULATED_SAMPLING = ("iid", "deterministic")
@@ -94,10 +94,27 @@ def variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:
     return list(dict.fromkeys(out))
 
 
+def check_mode(mode) -> str:
+    if mode not in MODES:
+        raise InvalidInput(f"mode {mode!r} is unknown; choose one of: {', '.join(MODES)}")
+    return mode
+
+
+def _count(name, v, lo, hi, what):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+        raise InvalidInput(f"{name} = {v!r} is invalid: give an integer from {lo} to {hi} ({what})")
+    return int(v)
+
+
+def check_trials(trials, mode) -> int:
+    """Monte-Carlo replays per sequence (default by mode), an integer in [MIN_TRIALS, MAX_TRIALS]."""
+    return _count("trials", DEFAULT_TRIALS[check_mode(mode)] if trials is None else trials, MIN_TRIALS, MAX_TRIALS,
+                  "replays per sequence")
+
+
 def block_trials(n, batches) -> int:
     """Replays per sequence for block verification, rounded up to a multiple of the batches."""
-    n = DEFAULT_BLOCK_TRIALS if n is None else n
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise InvalidInput(f"block_trials = {n!r} must be an integer >= 2")
-    b = min(batches, int(n))
-    return int(-(-int(n) // b) * b)
+    n = _count("block_trials", DEFAULT_BLOCK_TRIALS if n is None else n, MIN_TRIALS, MAX_TRIALS,
+               "block-verification replays per sequence")
+    b = min(batches, n)
+    return int(-(-n // b) * b)
