@@ -21,9 +21,12 @@ class _OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         import os
 
+        from ._compile_notice import compile_notice
+
         try:
-            rv = super().main(args=args, prog_name=prog_name or "fastspec", complete_var=complete_var,
-                              standalone_mode=False, **extra)
+            with compile_notice():
+                rv = super().main(args=args, prog_name=prog_name or "fastspec", complete_var=complete_var,
+                                  standalone_mode=False, **extra)
         except (KeyboardInterrupt, EOFError):
             typer.echo("fastspec: error: interrupted", err=True)
             rv = EXIT_RUNTIME

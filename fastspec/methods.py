@@ -22,13 +22,13 @@ CANDIDATE_SAMPLING = {
 }
 
 
-def check_method(method, allowed=None) -> str:
-    """``method`` if it names a verification method (of ``allowed``, default all), else InvalidInput."""
+def check_method(method, allowed=None, *, name: str = "method") -> str:
+    """``method`` if it names a verification method (of ``allowed``, default all), else InvalidInput (the
+    argument is called ``name`` in the message)."""
     names = tuple(allowed or VERIFICATION_METHODS)
     if not isinstance(method, str) or method not in names:
-        raise InvalidInput(f"method {method!r} is unknown; choose one of: "
-                           + ", ".join(f"{n!r} ({VERIFICATION_METHODS[n]})" if n in VERIFICATION_METHODS else repr(n)
-                                       for n in names))
+        raise InvalidInput(f"{name} {method!r} is unknown; choose one of: {', '.join(map(repr, names))} (" + "; ".join(
+            f"{n}: {VERIFICATION_METHODS[n]}" for n in names if n in VERIFICATION_METHODS) + ")")
     return method
 
 

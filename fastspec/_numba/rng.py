@@ -145,7 +145,7 @@ def seed_bits(seed, name: str = "seed") -> int:
         raise InvalidType(f"{name} must be an integer in [-2**63, 2**64), got {type(seed).__name__} {seed!r}")
     s = int(seed)
     if not SEED_MIN <= s < SEED_END:
-        raise InvalidInput(f"{name} = {s} is outside [-2**63, 2**64): use a 64-bit integer")
+        raise InvalidInput(f"{name} = {s} does not fit in 64 bits: use an integer in [-2**63, 2**64)")
     return s - SEED_END if s >= 2 ** 63 else s
 
 

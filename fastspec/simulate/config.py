@@ -70,7 +70,7 @@ def _as_list(value, name):
 def variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:
     """[(verify method, candidates)] rows to compute per (draft, k): token verification with each w, block
     verification with w = 1."""
-    methods = [check_method(m) for m in _as_list(verify, "verify")]
+    methods = [check_method(m, name="verify") for m in _as_list(verify, "verify")]
     ws = []
     for w in _as_list(candidates, "candidates"):
         try:
