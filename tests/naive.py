@@ -140,3 +140,20 @@ def chi2_fits(counts, expected, n_tests):
     c = np.array([counts.get(key, 0) for key in keys], float)
     e = np.array([float(expected[key]) for key in keys]) * n
     return ((c - e) ** 2 / e).sum() <= stats.chi2.isf(1e-6 / n_tests, len(keys) - 1)
+
+
+# --------------------------------------------------------------------------- n-gram (prompt lookup) proposer
+
+
+def ngram_proposal(context, k, min_n, max_n, occurrence="latest"):
+    """Prompt lookup spelled out: for n = max_n down to min_n, list every start s of an earlier occurrence of the
+    last n tokens (s + n <= len - 1: a token follows it, the suffix itself excluded, overlap allowed); the first
+    n with any wins, then the latest (or earliest) s; its next k tokens (fewer at the end of the context)."""
+    ctx = [int(t) for t in context]
+    L = len(ctx)
+    for n in range(max_n, min_n - 1, -1):
+        starts = [s for s in range(L - n) if ctx[s:s + n] == ctx[L - n:]]
+        if starts:
+            s = max(starts) if occurrence == "latest" else min(starts)
+            return ctx[s + n:s + n + k]
+    return []

@@ -1,0 +1,265 @@
+"""Prompt lookup (n-gram) drafts: propose the tokens that followed an earlier occurrence of the context's end.
+
+What fastspec does, for a context ``c`` of length ``L`` (the prompt followed by every token generated so far):
+
+* For ``n = max_n, max_n - 1, ..., min_n`` look for an earlier occurrence of the suffix ``c[L-n:]``: a start ``s``
+  with ``c[s:s+n] == c[L-n:]`` and ``s + n <= L - 1``, so that at least one token follows it.  The suffix itself
+  is not an occurrence; an occurrence may overlap it (in ``... a b a b a`` the suffix ``a b a`` occurs two
+  tokens earlier).  The first ``n`` with an occurrence wins: the longest match.
+* Among that n-gram's occurrences take the latest (largest ``s``); ``occurrence="earliest"`` takes the smallest.
+* Propose ``c[s+n : s+n+k]``: ``k`` tokens, or fewer (at least one) when the context ends first; nothing (an
+  empty array) when no ``n`` in ``[min_n, max_n]`` matches, in particular when ``L <= min_n``.
+
+The choice does not depend on ``k``: the proposal for ``k`` is the first ``k`` tokens of the proposal for any
+larger ``k`` (:meth:`Proposals.truncated`).  Cost: one scan from the end (``"earliest"``: from the start) comparing
+at most ``max_n`` tokens per position and stopping at the first ``max_n``-long match, O(L * max_n) at worst, in a
+Numba kernel.  The latest occurrence of a periodic pattern overlaps the suffix, so it proposes one period only:
+in a run ``a a a a`` it proposes one ``a`` whatever ``k``.
+
+Verification: the proposer is deterministic, so q is one-hot on each proposed token: pass ``draft_logits=None``
+to :func:`fastspec.verify_logits` (the acceptance probability is then p(x)).  A proposal of ``d`` tokens is
+verified with ``d + 1`` target positions; a ragged batch goes through :func:`draft_batch` (``num_draft``), and
+``d = 0`` is a plain decoding step (``K = 0``).
+
+Differences from vLLM's ``ngram`` method (``prompt_lookup_min``/``prompt_lookup_max`` = ``min_n``/``max_n``,
+``num_speculative_tokens`` = ``k``), read in ``vllm/v1/spec_decode/ngram_proposer.py``
+(``_find_longest_matched_ngram_and_propose_tokens``) and ``SpeculativeConfig.__post_init__``:
+
+* vLLM takes the *earliest* occurrence of the longest matching n-gram (a KMP scan of the reversed context that
+  keeps its last hit); fastspec the latest unless ``occurrence="earliest"``.
+* Defaults: vLLM sets both bounds to 5 when neither is given (one given: the other copies it), ``k`` has none;
+  fastspec ``min_n=1, max_n=3``, ``k`` required.
+* vLLM proposes at most ``max_model_len - L`` tokens; fastspec knows no length limit: the caller trims.
+* vLLM returns the context's dtype (int32); fastspec int64.
+* The same: context = prompt + output, longest n first, overlap with the suffix allowed (earlier vLLM releases
+  searched each n with a KMP that required the occurrence to end before the suffix), fewer than ``k`` tokens
+  when the context ends, nothing when ``L <= min_n``.
+
+Differences from Hugging Face ``generate`` (``prompt_lookup_num_tokens`` = ``k``, ``max_matching_ngram_size`` =
+``max_n``), read in ``transformers/generation/candidate_generator.py`` (``PromptLookupCandidateGenerator``) and the
+``GenerationConfig`` docstring:
+
+* No minimum: n runs from ``min(max_matching_ngram_size, L - 1)`` down to 1 (``min_n = 1``); ``max_n`` defaults to
+  2; ``k`` has no default in ``generate`` (the class's own default is 10).
+* HF scans left to right and takes the first occurrence with a non-empty continuation: the earliest.
+* HF cuts the proposal before the first EOS token, drops tokens its logits processors forbid (trying the next
+  occurrence when none is left) and never proposes past ``max_length``; fastspec does none of these (the loop
+  stops at EOS; a token of target probability 0 is rejected by verification).  HF handles batch size 1 only.
+* The same: context = prompt + output, longest n first, overlap allowed, fewer than ``k`` tokens at the end.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ._numba.jit import kernel
+from .errors import InvalidInput, InvalidType
+
+__all__ = ["NgramProposer", "Proposals", "propose", "proposals_along", "draft_batch", "OCCURRENCES"]
+
+OCCURRENCES = ("latest", "earliest")
+
+
+# --------------------------------------------------------------------------------------------- kernels
+@kernel
+def _match(ctx, L, min_n, max_n, latest):
+    """(s + n, n) for the chosen occurrence in ctx[:L] (see the module docstring), or (-1, 0) when none.
+
+    e runs over the last index of a candidate occurrence, e <= L - 2; m is how many tokens ending at e agree
+    with the tokens ending at L - 1 (at most max_n).  Only a strictly longer m replaces the best, so the first e
+    in scan order reaching the final length wins: the latest scanning down, the earliest scanning up."""
+    best_n = min_n - 1
+    best_end = -1
+    for i in range(L - 1):
+        e = L - 2 - i if latest else i
+        cap = min(max_n, e + 1)
+        if cap <= best_n:
+            if latest:
+                break  # every later e is shorter still
+            continue
+        m = 0
+        while m < cap and ctx[e - m] == ctx[L - 1 - m]:
+            m += 1
+        if m > best_n:
+            best_n = m
+            best_end = e
+            if m == max_n:
+                break
+    if best_end < 0:
+        return -1, 0
+    return best_end + 1, best_n
+
+
+@kernel
+def _along(tokens, prompt_len, k, min_n, max_n, latest, drafts, num_draft, num_matching):
+    N = tokens.shape[0]
+    for t in range(N - prompt_len):
+        L = prompt_len + t
+        start, _ = _match(tokens, L, min_n, max_n, latest)
+        d = 0 if start < 0 else min(k, L - start)
+        m = 0
+        for j in range(d):
+            drafts[t, j] = tokens[start + j]
+            if m == j and L + j < N and tokens[L + j] == tokens[start + j]:
+                m += 1
+        num_draft[t] = d
+        num_matching[t] = m
+
+
+# --------------------------------------------------------------------------------------------- validation
+def _count(name: str, value, low: int, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InvalidType(f"{name} must be an integer >= {low} ({what}), got {type(value).__name__} {value!r}")
+    if value < low:
+        raise InvalidInput(f"{name} = {int(value)} is invalid: {what} must be >= {low}")
+    return int(value)
+
+
+def _check(k, min_n, max_n, occurrence) -> tuple[int, int, int, bool]:
+    """(k, min_n, max_n, latest) validated."""
+    k = _count("k", k, 1, "the number of tokens to propose")
+    min_n = _count("min_n", min_n, 1, "the shortest n-gram to match")
+    max_n = _count("max_n", max_n, 1, "the longest n-gram to match")
+    if min_n > max_n:
+        raise InvalidInput(f"min_n = {min_n} is greater than max_n = {max_n}: pass min_n <= max_n (the shortest "
+                           "and the longest n-gram to match)")
+    if not isinstance(occurrence, str) or occurrence not in OCCURRENCES:
+        raise InvalidInput(f"occurrence = {occurrence!r} is invalid: use 'latest' or 'earliest'")
+    return k, min_n, max_n, occurrence == "latest"
+
+
+def _token_ids(name: str, tokens) -> np.ndarray:
+    """A 1-D sequence of token ids as contiguous int64, every id >= 0."""
+    a = np.asarray(tokens)
+    if a.ndim != 1:
+        raise InvalidInput(f"{name} must be a 1-D sequence of token ids, got shape {list(a.shape)}")
+    if a.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
+        raise InvalidType(f"{name} must hold integer token ids, got dtype {a.dtype}: pass the tokenizer's ids")
+    if a.dtype == np.uint64 and a.max() > np.iinfo(np.int64).max:
+        i = int(np.argmax(a > np.iinfo(np.int64).max))
+        raise InvalidInput(f"{name}[{i}] = {int(a[i])} is not a token id: ids must lie in [0, 2**63)")
+    a = np.ascontiguousarray(a, dtype=np.int64)
+    if a.min() < 0:
+        i = int(np.argmax(a < 0))
+        raise InvalidInput(f"{name}[{i}] = {int(a[i])} is a negative token id: ids must be >= 0 (strip padding "
+                           "before proposing)")
+    return a
+
+
+# --------------------------------------------------------------------------------------------- public API
+def propose(context: Sequence[int] | np.ndarray, k: int, *, min_n: int = 1, max_n: int = 3,
+            occurrence: str = "latest") -> np.ndarray:
+    """The proposal for ``context`` (prompt + generated tokens): int64 [d], 0 <= d <= k (module docstring)."""
+    k, min_n, max_n, latest = _check(k, min_n, max_n, occurrence)
+    ctx = _token_ids("context", context)
+    start, _ = _match(ctx, ctx.shape[0], min_n, max_n, latest)
+    return ctx[start:start + k].copy() if start >= 0 else np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Proposals:
+    """The proposals along one recorded sequence (:func:`proposals_along`), one row per generated position t.
+
+    draft_tokens: int64 [T, k] -- row t is the proposal made with context ``tokens[:prompt_len + t]``, padded
+        with -1 after its ``num_draft[t]`` tokens (the ``draft_tokens``/``num_draft`` of
+        :func:`fastspec.verify_logits`).
+    num_draft: int64 [T] -- tokens proposed at t (0 when nothing matches).
+    num_matching: int64 [T] -- how many leading proposed tokens equal the recorded ones, ``tokens[prompt_len + t:]``
+        (counted within the recording).  When the recording is the target's own greedy output and
+        ``t + num_draft[t] < T``, this is exactly the number of drafts a greedy verify step at t accepts.
+    """
+
+    draft_tokens: np.ndarray
+    num_draft: np.ndarray
+    num_matching: np.ndarray
+
+    def truncated(self, k: int) -> "Proposals":
+        """The proposals of the same proposer with ``k`` no larger than this one's (the first k tokens)."""
+        k = _count("k", k, 1, "the number of tokens to propose")
+        if k > self.draft_tokens.shape[1]:
+            raise InvalidInput(f"k = {k} exceeds the k = {self.draft_tokens.shape[1]} these proposals were made "
+                               "with: compute them with the largest k needed")
+        return Proposals(self.draft_tokens[:, :k].copy(), np.minimum(self.num_draft, k),
+                         np.minimum(self.num_matching, k))
+
+
+def proposals_along(tokens: Sequence[int] | np.ndarray, prompt_len: int, k: int, *, min_n: int = 1,
+                    max_n: int = 3, occurrence: str = "latest") -> Proposals:
+    """Replay the proposer along a recorded sequence (prompt tokens, then T generated tokens): for every
+    generated position t, the proposal with context ``tokens[:prompt_len + t]`` (:class:`Proposals`)."""
+    k, min_n, max_n, latest = _check(k, min_n, max_n, occurrence)
+    toks = _token_ids("tokens", tokens)
+    if isinstance(prompt_len, (bool, np.bool_)) or not isinstance(prompt_len, (int, np.integer)):
+        raise InvalidType(f"prompt_len must be an integer (the number of prompt tokens), got {prompt_len!r}")
+    if not 0 <= prompt_len <= toks.shape[0]:
+        raise InvalidInput(f"prompt_len = {int(prompt_len)} is outside [0, {toks.shape[0]}] (the length of tokens): "
+                           "pass the number of prompt tokens at the start of tokens")
+    T = toks.shape[0] - int(prompt_len)
+    out = Proposals(np.full((T, k), -1, dtype=np.int64), np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64))
+    _along(toks, int(prompt_len), k, min_n, max_n, latest, out.draft_tokens, out.num_draft, out.num_matching)
+    return out
+
+
+def draft_batch(proposals: Sequence[Sequence[int] | np.ndarray], k: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Proposals of several sequences as ``(draft_tokens int64 [B, K] padded with -1, num_draft int64 [B])`` for
+    ``fastspec.verify_logits(target_logits, None, draft_tokens, num_draft=num_draft)``; K = ``k`` or the longest
+    proposal.  Target position ``num_draft[b]`` of row b holds its bonus distribution."""
+    rows = [_token_ids(f"proposals[{b}]", p) for b, p in enumerate(proposals)]
+    longest = max((r.shape[0] for r in rows), default=0)
+    K = longest if k is None else _count("k", k, 0, "the number of draft positions")
+    if longest > K:
+        b = next(b for b, r in enumerate(rows) if r.shape[0] > K)
+        raise InvalidInput(f"proposals[{b}] has {rows[b].shape[0]} tokens, more than k = {K}: pass a larger k")
+    draft_tokens = np.full((len(rows), K), -1, dtype=np.int64)
+    for b, r in enumerate(rows):
+        draft_tokens[b, :r.shape[0]] = r
+    return draft_tokens, np.array([r.shape[0] for r in rows], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class NgramProposer:
+    """One validated prompt-lookup configuration (module docstring): what a loop calls and a dump records."""
+
+    k: int
+    min_n: int = 1
+    max_n: int = 3
+    occurrence: str = "latest"
+
+    def __post_init__(self):
+        k, min_n, max_n, _ = _check(self.k, self.min_n, self.max_n, self.occurrence)
+        for name, v in (("k", k), ("min_n", min_n), ("max_n", max_n)):
+            object.__setattr__(self, name, v)
+
+    def propose(self, context: Sequence[int] | np.ndarray) -> np.ndarray:
+        """int64 [d], 0 <= d <= k: the tokens to verify after ``context`` (prompt + generated tokens)."""
+        return propose(context, self.k, min_n=self.min_n, max_n=self.max_n, occurrence=self.occurrence)
+
+    def proposals_along(self, tokens: Sequence[int] | np.ndarray, prompt_len: int) -> Proposals:
+        """:func:`proposals_along` with this configuration."""
+        return proposals_along(tokens, prompt_len, self.k, min_n=self.min_n, max_n=self.max_n,
+                               occurrence=self.occurrence)
+
+    def as_dict(self) -> dict:
+        """``{"name": "ngram", "k": ..., "min_n": ..., "max_n": ..., "occurrence": ...}`` (JSON-ready)."""
+        return {"name": "ngram", **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "NgramProposer":
+        """The proposer :meth:`as_dict` described (``name`` optional); an unknown key is an error."""
+        unknown = sorted(set(d) - {"name", "k", "min_n", "max_n", "occurrence"})
+        if unknown or d.get("name", "ngram") != "ngram":
+            what = f"unknown key(s) {', '.join(map(repr, unknown))}" if unknown else f"name {d.get('name')!r}"
+            raise InvalidInput(f"not an n-gram proposer description: {what}; expected name 'ngram' and keys k, "
+                               "min_n, max_n, occurrence")
+        if "k" not in d:
+            raise InvalidInput("an n-gram proposer description needs k (the number of tokens to propose)")
+        return cls(**{key: v for key, v in d.items() if key != "name"})
+
+    def describe(self) -> str:
+        """``"ngram k=4, n=1..3, latest occurrence"``."""
+        return f"ngram k={self.k}, n={self.min_n}..{self.max_n}, {self.occurrence} occurrence"
