@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import exact
+from . import exact, ngram
 from ._numba.rng import row_seeds
 from .acceptance import DraftAcceptance, acceptance_bounds, acceptance_rates, dump_acceptance
 from .analysis import SpecStats, expected_speedup, expected_tokens_closed_form, expected_tokens_per_step, optimal_k
@@ -17,6 +17,7 @@ from .candidates import (TreeVerifyResult, candidate_acceptance, parent_from_sib
                          verify_tree_probs)
 from .errors import ClusterError, DumpFormatError, DumpNotFound, FastspecError, InvalidInput, InvalidType
 from .io import Dump, load_dump, save_dump
+from .ngram import NgramProposer
 from .params import SamplingParams
 from .processing import probabilities, sample_tokens
 from .shards import ShardedDump, load_any
@@ -28,7 +29,7 @@ __all__ = [
     "__version__",
     # verification
     "verify_logits", "verify_probs", "VerifyResult", "verify_tree_probs", "verify_tree_logits", "TreeVerifyResult",
-    "parent_from_siblings", "candidate_acceptance", "row_seeds",
+    "parent_from_siblings", "candidate_acceptance", "row_seeds", "ngram", "NgramProposer",
     # processing
     "probabilities", "sample_tokens", "SamplingParams",
     # acceptance and expected figures

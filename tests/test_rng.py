@@ -48,10 +48,11 @@ def test_uniformity_and_stream_independence():
 
 def test_named_streams_keep_their_counters():
     # the streams' keys are fixed forever (changing them changes every sampled token)
-    assert _rng.accept_uniform(5, 3) == _rng.uniform(5, 3, 1, 0)
-    assert _rng.residual_uniform(5, 3) == _rng.uniform(5, 3, 2, 0)
-    assert _rng.bonus_uniform(5, 3) == _rng.uniform(5, 3, 3, 0)
-    assert _rng.block_uniform(5, 3) == _rng.uniform(5, 3, 5, 0)
+    S = _rng.Stream
+    assert [int(S.ACCEPT), int(S.RESIDUAL), int(S.BONUS), int(S.DRAFT), int(S.BLOCK), int(S.CANDIDATE),
+            int(S.SIM)] == [1, 2, 3, 4, 5, 6, 7]
+    assert _rng.position_uniform(5, 3, S.ACCEPT) == _rng.uniform(5, 3, 1, 0)
+    assert _rng.position_uniform(5, 3, S.BLOCK) == _rng.uniform(5, 3, 5, 0)
     assert _rng.candidate_uniform(5, 3, 2) == _rng.uniform(5, 3, 6, 2)
     assert _rng.replay_draft_uniform(5, 9, 4, 7) == _rng.uniform(5, 9, 4 * 16 + 4, 7)
 

@@ -9,7 +9,7 @@ import pytest
 
 import naive
 from fastspec import exact, probabilities, row_seeds, sample_tokens, verify_logits, verify_probs
-from fastspec._numba.rng import accept_uniform, bonus_uniform, residual_uniform
+from fastspec._numba.rng import Stream, position_uniform
 from kernel_probes import verification_distributions, verification_distributions_logits
 
 
@@ -107,12 +107,12 @@ def naive_batch(p, q, toks, nd, seeds):
     out = np.full((B, K1), -1)
     for b in range(B):
         n = nd[b]
-        ua = [accept_uniform(seeds[b], i) for i in range(n)]
+        ua = [position_uniform(seeds[b], i, Stream.ACCEPT) for i in range(n)]
         em = naive.verify_with_uniforms(p[b], None if q is None else q[b], toks[b, :n], ua, 0.0)
         pos = len(em) - 1
         bonus = pos == n and len(em) == n + 1 and all(
             ua[i] * (1 if q is None else q[b, i, toks[b, i]]) <= p[b, i, toks[b, i]] for i in range(n))
-        us = (bonus_uniform if bonus else residual_uniform)(seeds[b], pos)
+        us = position_uniform(seeds[b], pos, Stream.BONUS if bonus else Stream.RESIDUAL)
         em = naive.verify_with_uniforms(p[b], None if q is None else q[b], toks[b, :n], ua, us)
         out[b, :len(em)] = em
     return out
@@ -172,7 +172,7 @@ def _find_seed(threshold):
     @numba.njit
     def go(th):
         for s in range(50_000_000):
-            if accept_uniform(s, 0) > th:
+            if position_uniform(s, 0, Stream.ACCEPT) > th:
                 return s
         return -1
     return go(threshold)

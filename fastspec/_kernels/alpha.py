@@ -15,8 +15,8 @@ from .._numba.jit import parallel_kernel, kernel, prange
 from .._numba.lanes import lane_sum
 from ..config import BLOCK
 from .rows import ROW_OK, argmax_of, row_max, status
-from .sample import block_count, row_weights
-from .process import row_cutoff
+from .process import processed_weights
+from .sample import block_count
 
 
 @kernel
@@ -48,10 +48,8 @@ def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, tmp):
     if temp == 0.0:
         return (1.0 if argmax_of(x, mp) == argmax_of(y, mq) else 0.0), 0
     none = x[0:0]
-    itp, thrp = row_cutoff(x, mp, temp, top_k, top_p, min_p, eq)  # eq: selection scratch before its weights
-    zp, _ = row_weights(x, mp, itp, thrp, ep, bsum, none)
-    itq, thrq = row_cutoff(y, mq, temp, top_k, top_p, min_p, eq)
-    zq, _ = row_weights(y, mq, itq, thrq, eq, bsum, none)
+    _, _, zp, _ = processed_weights(x, mp, temp, top_k, top_p, min_p, eq, ep, bsum, none)  # eq: scratch first
+    _, _, zq, _ = processed_weights(y, mq, temp, top_k, top_p, min_p, eq, eq, bsum, none)
     return min(_min_sum(ep, eq, 1.0 / zp, 1.0 / zq, tmp), 1.0), 0
 
 
@@ -86,6 +84,18 @@ def _top1(ids, lps, r):
     return best
 
 
+@kernel
+def _mass_and_min(lps, r):
+    """(sum, min) of the listed probabilities exp(lps[r, j])."""
+    total = 0.0
+    low = 1.0
+    for j in range(lps.shape[1]):
+        v = math.exp(lps[r, j])
+        total += v
+        low = min(low, v)
+    return total, low
+
+
 @parallel_kernel
 def bounds_rows(ti, tl, op, di, dl, oq, valid, greedy, lo, hi):
     """[lower, upper] of alpha per row from sparse top-k lists (ids int64, logprobs float64); op / oq: the order
@@ -103,18 +113,8 @@ def bounds_rows(ti, tl, op, di, dl, oq, valid, greedy, lo, hi):
             lo[r] = a
             hi[r] = a
             continue
-        sp = 0.0
-        pmin = 1.0
-        for j in range(kp):
-            v = math.exp(tl[r, j])
-            sp += v
-            pmin = min(pmin, v)
-        sq = 0.0
-        qmin = 1.0
-        for j in range(kq):
-            v = math.exp(dl[r, j])
-            sq += v
-            qmin = min(qmin, v)
+        sp, pmin = _mass_and_min(tl, r)
+        sq, qmin = _mass_and_min(dl, r)
         rp = max(0.0, 1.0 - sp)
         rq = max(0.0, 1.0 - sq)
         A = 0.0

@@ -4,7 +4,7 @@ For a row with drafts x_1..x_n and processed target / draft distributions p_i, q
 
     w_0 = 1,   w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1),
     Z_{i+1} = sum_v max(w_i p_{i+1}(v) - q_{i+1}(v), 0),   h_i = Z_{i+1} / (Z_{i+1} + 1 - w_i)  (i < n; 1 if 0/0),
-    h_n = w_n,   eta_i ~ Bernoulli(h_i) (:func:`~fastspec._numba.rng.block_uniform`),   tau = max{i : eta_i = 1}.
+    h_n = w_n,   eta_i ~ Bernoulli(h_i) (``position_uniform(seed, i, Stream.BLOCK)``),   tau = max{i : eta_i = 1}.
 
 The row emits x_1..x_tau, then a token from ``max(w_tau p_{tau+1} - q_{tau+1}, 0)`` when tau < n, else a bonus
 token from ``p_{n+1}``.  Positions are numbered from 0 in the code (position i holds draft x_{i+1}).  The
@@ -17,16 +17,41 @@ from __future__ import annotations
 import numpy as np
 
 from .._numba.jit import kernel, parallel_kernel, prange
-from .._numba.rng import block_uniform, bonus_uniform, residual_uniform
+from .._numba.rng import Stream, position_uniform
 from ..config import BLOCK
 from .rows import ROW_OK, argmax_of, row_max, status
 from .sample import NO_EXCLUDED, block_count, block_sums, block_weights, pick_block, row_weights, sample, scan_block
-from .process import row_cutoff
+from .process import visit_row
 from .token import ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, TARGET_ROWS, UNDERFLOWS, _validate_rest
 
 # columns of prm [K+1, N_PRM]: the processing of position i's target and draft rows, and the residual's scales
 P_MAX, P_INV_T, P_THR, Q_MAX, Q_INV_T, Q_THR, RES_A, RES_B = range(8)
 N_PRM = 8
+
+
+@kernel
+def _step(rsum_i, w, px, qx, i, tau, seed):
+    """One drafted position of the block recursion: the eta coin of the previous position (h_{i-1} from
+    Z_i = sum of rsum_i) and w_{i+1} = min(w_i p(x)/q(x), 1) without dividing by q.  Returns (tau, w)."""
+    if i > 0:
+        z = 0.0
+        for j in range(rsum_i.shape[0]):
+            z += rsum_i[j]
+        den = z + 1.0 - w
+        if not den > 0.0 or position_uniform(seed, i, Stream.BLOCK) * den <= z:
+            tau = i
+    return tau, (1.0 if w * px >= qx else w * px / qx)
+
+
+@kernel
+def _decide(toks, nd, last, w, tau, seed, out, stats):
+    """The last coin (h_n = w_n, when every position was reached) and the accepted drafts; returns tau."""
+    if last == nd and w > 0.0 and position_uniform(seed, nd, Stream.BLOCK) <= w:
+        tau = nd
+    for i in range(tau):
+        out[i] = toks[i]
+    stats[ACCEPTED] = tau
+    return tau
 
 
 @kernel
@@ -73,22 +98,16 @@ def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, see
     tau = 0
     last = nd  # positions 0..last-1 have stored residuals
     for i in range(nd):
-        x = xt[i]
         tok = toks[i]
-        mp = row_max(x)
-        if status(mp) != ROW_OK:
+        ok, mp, itp, thrp, zp = visit_row(xt[i], temp, top_k, top_p, min_p, eq, ep, zpb)
+        if not ok:
             stats[BAD_VALUES] = TARGET_ROWS
             return
-        itp, thrp = row_cutoff(x, mp, temp, top_k, top_p, min_p, eq)
-        zp, _ = row_weights(x, mp, itp, thrp, ep, zpb, none)
         if has_draft:
-            y = xd[i]
-            mq = row_max(y)
-            if status(mq) != ROW_OK:
+            ok, mq, itq, thrq, zq = visit_row(xd[i], temp, top_k, top_p, min_p, eq, eq, zqb)
+            if not ok:
                 stats[BAD_VALUES] = DRAFT_ROWS
                 return
-            itq, thrq = row_cutoff(y, mq, temp, top_k, top_p, min_p, eq)
-            zq, _ = row_weights(y, mq, itq, thrq, eq, zqb, none)
             excl = NO_EXCLUDED
         else:
             mq, itq, thrq, zq = 0.0, 0.0, 0.0, 1.0
@@ -99,43 +118,25 @@ def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, see
         prm[i, Q_MAX], prm[i, Q_INV_T], prm[i, Q_THR] = mq, itq, thrq
         prm[i, RES_A], prm[i, RES_B] = a, b
         block_sums(ep, eq if has_draft else ep, a, b, excl, rsum[i], tp, 0, rsum.shape[1])
-        z = 0.0
-        for j in range(rsum.shape[1]):
-            z += rsum[i, j]
-        if i > 0:  # h_{i-1} from Z_i computed at this position
-            den = z + 1.0 - w
-            if not den > 0.0 or block_uniform(seed, i) * den <= z:
-                tau = i
-        px = ep[tok] / zp
-        if has_draft:
-            qx = eq[tok] / zq
-            if not qx > 0.0:
-                stats[BAD_DRAFT] = i + 1
-                return
-        else:
-            qx = 1.0
-        w = 1.0 if w * px >= qx else w * px / qx  # w_{i+1} = min(w_i p(x)/q(x), 1), no division by q
+        qx = eq[tok] / zq if has_draft else 1.0
+        if not qx > 0.0:
+            stats[BAD_DRAFT] = i + 1
+            return
+        tau, w = _step(rsum[i], w, ep[tok] / zp, qx, i, tau, seed)
         if not w > 0.0:  # every later h is 0: tau is decided
             last = i + 1
             break
-    if last == nd and w > 0.0 and block_uniform(seed, nd) <= w:
-        tau = nd
-    for i in range(tau):
-        out[i] = toks[i]
-    stats[ACCEPTED] = tau
+    tau = _decide(toks, nd, last, w, tau, seed, out, stats)
     t_read = last
     if tau == nd:  # bonus token from p_{nd}
-        x = xt[nd]
-        mp = row_max(x)
-        if status(mp) != ROW_OK:
+        ok, _, _, _, _ = visit_row(xt[nd], temp, top_k, top_p, min_p, eq, ep, zpb)
+        if not ok:
             stats[BAD_VALUES] = TARGET_ROWS
             return
-        itp, thrp = row_cutoff(x, mp, temp, top_k, top_p, min_p, eq)
-        row_weights(x, mp, itp, thrp, ep, zpb, none)
-        out[nd] = sample(ep, ep, 1.0, 0.0, NO_EXCLUDED, zpb, bonus_uniform(seed, nd))
+        out[nd] = sample(ep, ep, 1.0, 0.0, NO_EXCLUDED, zpb, position_uniform(seed, nd, Stream.BONUS))
         t_read = nd + 1
     else:
-        u = residual_uniform(seed, tau)
+        u = position_uniform(seed, tau, Stream.RESIDUAL)
         v = _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u)
         if v < 0:  # the residual underflowed to 0: sample p_tau
             stats[UNDERFLOWS] += 1
@@ -191,32 +192,19 @@ def verify_row_block_probs(pt, pd, has_draft, toks, nd, seed, out, stats, rsum, 
         b = 1.0 if has_draft else 0.0
         ws[i] = w
         block_sums(p, q, w, b, excl, rsum[i], tmp, 0, nb)
-        z = 0.0
-        for j in range(nb):
-            z += rsum[i, j]
-        if i > 0:
-            den = z + 1.0 - w
-            if not den > 0.0 or block_uniform(seed, i) * den <= z:
-                tau = i
-        px = p[tok]
-        qx = q[tok] if has_draft else 1.0
-        w = 1.0 if w * px >= qx else w * px / qx
+        tau, w = _step(rsum[i], w, p[tok], q[tok] if has_draft else 1.0, i, tau, seed)
         if not w > 0.0:
             last = i + 1
             break
-    if last == nd and w > 0.0 and block_uniform(seed, nd) <= w:
-        tau = nd
-    for i in range(tau):
-        out[i] = toks[i]
-    stats[ACCEPTED] = tau
+    tau = _decide(toks, nd, last, w, tau, seed, out, stats)
     if tau == nd:
         p = pt[nd]
         block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, nb)
-        out[nd] = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, bonus_uniform(seed, nd))
+        out[nd] = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, position_uniform(seed, nd, Stream.BONUS))
         return
     p = pt[tau]
     q = pd[tau] if has_draft else p
-    u = residual_uniform(seed, tau)
+    u = position_uniform(seed, tau, Stream.RESIDUAL)
     v = sample(p, q, ws[tau], 1.0 if has_draft else 0.0, NO_EXCLUDED if has_draft else toks[tau], rsum[tau], u)
     if v < 0:
         stats[UNDERFLOWS] += 1

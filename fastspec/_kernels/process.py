@@ -19,7 +19,7 @@ from .._numba.fastexp import weight
 from .._numba.intrinsics import to_f64
 from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.lanes import lane_sum
-from .rows import argmax_of, row_max
+from .rows import ROW_OK, argmax_of, row_max, status
 from .sample import NO_EXCLUDED, block_count, row_weights, sample
 
 _SMALL = 16  # partitions this small are finished by insertion sort
@@ -49,6 +49,34 @@ def _median3(a, lo, hi):
 
 
 @kernel
+def _partition3(a, lo, hi, pivot):
+    """Three-way partition of a[lo:hi] around pivot: greater values first, then equal, then smaller.
+    Returns (lt, gt, g, e): a[lo:lt] > pivot, a[lt:gt] == pivot, and the sums g of the greater and e of the
+    equal values (in the order they were met)."""
+    lt = lo
+    i = lo
+    gt = hi
+    g = 0.0
+    e = 0.0
+    while i < gt:
+        v = a[i]
+        if v > pivot:
+            g += v
+            a[i] = a[lt]
+            a[lt] = v
+            lt += 1
+            i += 1
+        elif v < pivot:
+            gt -= 1
+            a[i] = a[gt]
+            a[gt] = v
+        else:
+            e += v
+            i += 1
+    return lt, gt, g, e
+
+
+@kernel
 def kth_largest(a, n, k):
     """The k-th largest (1-based) of a[0:n]; reorders a (three-way quickselect)."""
     target = k - 1
@@ -59,22 +87,7 @@ def kth_largest(a, n, k):
             _insertion_sort_desc(a, lo, hi)
             return a[target]
         pivot = _median3(a, lo, hi)
-        lt = lo
-        i = lo
-        gt = hi
-        while i < gt:
-            v = a[i]
-            if v > pivot:
-                a[i] = a[lt]
-                a[lt] = v
-                lt += 1
-                i += 1
-            elif v < pivot:
-                gt -= 1
-                a[i] = a[gt]
-                a[gt] = v
-            else:
-                i += 1
+        lt, gt, _, _ = _partition3(a, lo, hi, pivot)
         if target < lt:
             hi = lt
         elif target < gt:
@@ -107,26 +120,7 @@ def top_p_cutoff(a, n, target):
                 last = c
             return last, above
         pivot = _median3(a, lo, hi)
-        lt = lo
-        i = lo
-        gt = hi
-        g = 0.0
-        e = 0.0
-        while i < gt:
-            v = a[i]
-            if v > pivot:
-                g += v
-                a[i] = a[lt]
-                a[lt] = v
-                lt += 1
-                i += 1
-            elif v < pivot:
-                gt -= 1
-                a[i] = a[gt]
-                a[gt] = v
-            else:
-                e += v
-                i += 1
+        lt, gt, g, e = _partition3(a, lo, hi, pivot)
         if above + g >= target:
             hi = lt
         elif above + g + e >= target:
@@ -193,6 +187,28 @@ def row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch):
 
 
 @kernel
+def processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum, nxt):
+    """(inv_t, thr, z, max of nxt) of a valid row with max m (temperature > 0), with its processed weights stored
+    in w and their block sums in bsum (:func:`fastspec._kernels.sample.row_weights`)."""
+    inv_t, thr = row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch)
+    z, nmax = row_weights(x, m, inv_t, thr, w, bsum, nxt)
+    return inv_t, thr, z, nmax
+
+
+@kernel
+def visit_row(x, temperature, top_k, top_p, min_p, scratch, w, bsum):
+    """(ok, m, inv_t, thr, z) of one logits row read once: its max (and validity), then, when temperature > 0,
+    its processed weights stored in w with block sums in bsum."""
+    m = row_max(x)
+    if status(m) != ROW_OK:
+        return False, m, 0.0, 0.0, 0.0
+    if temperature == 0.0:
+        return True, m, 0.0, m, 1.0
+    inv_t, thr, z, _ = processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum, x[0:0])
+    return True, m, inv_t, thr, z
+
+
+@kernel
 def row_probabilities(x, temperature, top_k, top_p, min_p, scratch, out):
     """out[:] = the processed distribution of a valid row (float64); greedy is one-hot on the argmax."""
     n = x.shape[0]
@@ -229,8 +245,7 @@ def sample_row(x, temperature, top_k, top_p, min_p, u, w, bsum, scratch):
     m = row_max(x)
     if temperature == 0.0:
         return argmax_of(x, m)
-    inv_t, thr = row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch)
-    row_weights(x, m, inv_t, thr, w, bsum, x[0:0])
+    processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum, x[0:0])
     return sample(w, w, 1.0, 0.0, NO_EXCLUDED, bsum, u)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._numba.jit import kernel, parallel_kernel, prange
-from .._numba.rng import draft_uniform, replay_draft_uniform, replay_step_seed, replay_uniform
+from .._numba.rng import Stream, position_uniform, replay_draft_uniform, replay_step_seed, replay_uniform
 
 # columns of the per-sequence DP totals [N, N_DP]
 DP_STEPS, DP_DRAFTED, DP_ACCEPTED = range(3)
@@ -124,5 +124,5 @@ def step_draft_uniforms(step_seeds_, kmax):
     out = np.empty((step_seeds_.shape[0], kmax), np.float64)
     for i in range(step_seeds_.shape[0]):
         for j in range(kmax):
-            out[i, j] = draft_uniform(step_seeds_[i], j)
+            out[i, j] = position_uniform(step_seeds_[i], j, Stream.DRAFT)
     return out

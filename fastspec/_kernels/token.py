@@ -1,7 +1,7 @@
 """Token-level verification kernels (rejection sampling), from logits or from probabilities.
 
 For row b and drafted position i < num_draft with drafted token x: accept while ``u_i * q_i(x) <= p_i(x)``
-(``u_i`` = :func:`~fastspec._numba.rng.accept_uniform`, in (0, 1]); at the first rejection emit a recovered
+(``u_i`` = ``position_uniform(seed, i, Stream.ACCEPT)``, in (0, 1]); at the first rejection emit a recovered
 token from ``max(p_i - q_i, 0)`` (or from ``p_i`` without x for a one-hot draft); if every draft is accepted,
 a bonus token from ``p_{num_draft}``.  Greedy rows (temperature 0) accept while the draft equals the target
 argmax and emit the argmax at the first mismatch.  The rules and the public entry points are in
@@ -20,11 +20,11 @@ import numpy as np
 from .._numba.intrinsics import to_f64
 from .._numba.fastexp import fexp
 from .._numba.jit import kernel, parallel_kernel, prange
-from .._numba.rng import accept_uniform, bonus_uniform, residual_uniform
+from .._numba.rng import Stream, position_uniform
 from ..config import BLOCK
-from .process import row_cutoff
+from .process import processed_weights, row_cutoff
 from .rows import ROW_OK, argmax_of, row_max, status
-from .sample import NO_EXCLUDED, block_count, block_sums, row_weights, sample
+from .sample import NO_EXCLUDED, block_count, block_sums, sample
 
 # columns of the per-row stats array [B, N_STATS]
 ACCEPTED = 0  # accepted drafts
@@ -129,30 +129,29 @@ def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, se
                 stats[BAD_VALUES] = DRAFT_ROWS
                 return
             d_ok = i + 1
-        inv_t, thr = row_cutoff(x, m, temp, top_k, top_p, min_p, wq)
-        zp, mt_next = row_weights(x, m, inv_t, thr, wp, zpb, xt[t_ok] if t_ok < K1 else none)
+        _, _, zp, mt_next = processed_weights(x, m, temp, top_k, top_p, min_p, wq, wp, zpb,
+                                              xt[t_ok] if t_ok < K1 else none)
         if i == nd:  # every draft accepted: bonus token from p_nd
             stats[ACCEPTED] = nd
-            out[nd] = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, bonus_uniform(seed, nd))
+            out[nd] = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, position_uniform(seed, nd, Stream.BONUS))
             break
         tok = toks[i]
         px = wp[tok] / zp
         if two:
             y = xd[i]
-            inv_tq, thrq = row_cutoff(y, mq, temp, top_k, top_p, min_p, wq)
-            zq, md_next = row_weights(y, mq, inv_tq, thrq, wq, zqb, xd[d_ok] if d_ok < Kd else none)
-            qx = wq[tok] / zq
-            if not qx > 0.0:
-                stats[BAD_DRAFT] = i + 1
-                return
+            _, _, zq, md_next = processed_weights(y, mq, temp, top_k, top_p, min_p, wq, wq, zqb,
+                                                  xd[d_ok] if d_ok < Kd else none)
         else:
             zq = 1.0
-            qx = 1.0
-        if accept_uniform(seed, i) * qx <= px:
+        qx = wq[tok] / zq if two else 1.0  # one-hot draft: q(x) = 1
+        if not qx > 0.0:
+            stats[BAD_DRAFT] = i + 1
+            return
+        if position_uniform(seed, i, Stream.ACCEPT) * qx <= px:
             out[i] = tok
             continue
         stats[ACCEPTED] = i
-        ur = residual_uniform(seed, i)
+        ur = position_uniform(seed, i, Stream.RESIDUAL)
         if two:
             a, b = 1.0 / zp, 1.0 / zq
             block_sums(wp, wq, a, b, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
@@ -207,11 +206,11 @@ def verify_row_probs(pt, pd, has_draft, toks, nd, seed, out, stats, bsum, tmp):
         tok = toks[i]
         q = pd[i] if has_draft else p
         qx = q[tok] if has_draft else 1.0
-        if accept_uniform(seed, i) * qx <= p[tok]:
+        if position_uniform(seed, i, Stream.ACCEPT) * qx <= p[tok]:
             out[i] = tok
             continue
         stats[ACCEPTED] = i
-        ur = residual_uniform(seed, i)
+        ur = position_uniform(seed, i, Stream.RESIDUAL)
         if has_draft:
             block_sums(p, q, 1.0, 1.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
             v = sample(p, q, 1.0, 1.0, NO_EXCLUDED, bsum, ur)
@@ -227,7 +226,7 @@ def verify_row_probs(pt, pd, has_draft, toks, nd, seed, out, stats, bsum, tmp):
     stats[ACCEPTED] = nd
     p = pt[nd]
     block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
-    out[nd] = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, bonus_uniform(seed, nd))
+    out[nd] = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, position_uniform(seed, nd, Stream.BONUS))
 
 
 @parallel_kernel

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.lanes import lane_sum
-from .._numba.rng import bonus_uniform, candidate_uniform, residual_uniform
+from .._numba.rng import Stream, candidate_uniform, position_uniform
 from ..config import BLOCK
 from .sample import NO_EXCLUDED, block_count, block_sums, sample
 
@@ -58,7 +58,7 @@ def tree_row(pt, pd, mode, toks, fc, ns, seed, out, path, stats, r, bsum, tmp):
         p = pt[node]
         child = fc[node]
         if child < 0:  # leaf: bonus token
-            out[depth] = _sample_row(p, bsum, tmp, bonus_uniform(seed, depth))
+            out[depth] = _sample_row(p, bsum, tmp, position_uniform(seed, depth, Stream.BONUS))
             stats[DEPTH] = depth
             return
         r[:] = p
@@ -94,7 +94,7 @@ def tree_row(pt, pd, mode, toks, fc, ns, seed, out, path, stats, r, bsum, tmp):
             child = ns[child]
             s += 1
         if accepted < 0:
-            out[depth] = _sample_row(r, bsum, tmp, residual_uniform(seed, depth))
+            out[depth] = _sample_row(r, bsum, tmp, position_uniform(seed, depth, Stream.RESIDUAL))
             stats[DEPTH] = depth
             return
         out[depth] = toks[accepted]

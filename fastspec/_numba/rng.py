@@ -11,12 +11,12 @@ Streams (the counters of each are fixed forever: changing them changes every sam
 ==========================  ======================================  =========================================
 stream                      key                                     used for
 ==========================  ======================================  =========================================
-:func:`accept_uniform`      (row seed, position, ACCEPT, 0)         token verification: accept draft i?
-:func:`residual_uniform`    (row seed, position, RESIDUAL, 0)       recovered token at the first rejection
-:func:`bonus_uniform`       (row seed, position, BONUS, 0)          bonus token after all drafts accepted
-:func:`block_uniform`       (row seed, position, BLOCK, 0)          block verification's eta_i coins
+:func:`position_uniform`    (row seed, position, ACCEPT, 0)         token verification: accept draft i?
+:func:`position_uniform`    (row seed, position, RESIDUAL, 0)       recovered token at the first rejection
+:func:`position_uniform`    (row seed, position, BONUS, 0)          bonus token after all drafts accepted
+:func:`position_uniform`    (row seed, position, BLOCK, 0)          block verification's eta_i coins
 :func:`candidate_uniform`   (row seed, depth, CANDIDATE, sibling)   tree verification: accept candidate s?
-:func:`draft_uniform`       (step seed, position, DRAFT, 0)         drafting inside one replayed block step
+:func:`position_uniform`    (step seed, position, DRAFT, 0)         drafting inside one replayed block step
 :func:`replay_uniform`      (seed, row, trial, position)            Bernoulli replay: accept at position t?
 :func:`replay_draft_uniform`  (seed, row, trial*16 + DRAFT, pos)    token-mode replay: draft token at pos
 :func:`replay_step_seed`    (seed, row, trial*16 + SIM, start)      token-mode replay: seed of a verify step
@@ -28,18 +28,24 @@ Seeds are integers in ``[-2**63, 2**64)``, used modulo ``2**64`` (``-1`` and ``2
 """
 from __future__ import annotations
 
+from enum import IntEnum
+
 import numpy as np
 
 from .jit import kernel
 
-# purposes: distinct streams for distinct decisions at the same position
-ACCEPT = 1
-RESIDUAL = 2
-BONUS = 3
-DRAFT = 4
-BLOCK = 5
-CANDIDATE = 6
-SIM = 7
+class Stream(IntEnum):
+    """What a random number is for: distinct streams for distinct decisions at the same position."""
+
+    ACCEPT = 1  # token verification: accept draft i?
+    RESIDUAL = 2  # the recovered token at the first rejection
+    BONUS = 3  # the bonus token after every draft was accepted
+    DRAFT = 4  # drafting a token in a replay
+    BLOCK = 5  # block verification's eta_i coins
+    CANDIDATE = 6  # tree verification: accept candidate s?
+    SIM = 7  # the seed of a replayed verify step
+
+
 _TRIAL_STRIDE = 16  # replay streams pack (trial, purpose) into one counter: trial * 16 + purpose (< 16)
 _ROW_SEED_TAG = 0x5EED
 
@@ -81,33 +87,15 @@ def uniform(seed, a, b, c):
 
 
 @kernel
-def accept_uniform(seed, position):
-    return uniform(seed, position, ACCEPT, 0)
-
-
-@kernel
-def residual_uniform(seed, position):
-    return uniform(seed, position, RESIDUAL, 0)
-
-
-@kernel
-def bonus_uniform(seed, position):
-    return uniform(seed, position, BONUS, 0)
-
-
-@kernel
-def block_uniform(seed, position):
-    return uniform(seed, position, BLOCK, 0)
+def position_uniform(seed, position, purpose):
+    """The uniform for decision ``purpose`` (a :class:`Stream`: ACCEPT, RESIDUAL, BONUS, BLOCK, DRAFT) at
+    ``position`` of a row or verify step with seed ``seed``."""
+    return uniform(seed, position, purpose, 0)
 
 
 @kernel
 def candidate_uniform(seed, depth, sibling):
-    return uniform(seed, depth, CANDIDATE, sibling)
-
-
-@kernel
-def draft_uniform(step_seed, position):
-    return uniform(step_seed, position, DRAFT, 0)
+    return uniform(seed, depth, Stream.CANDIDATE, sibling)
 
 
 @kernel
@@ -117,12 +105,12 @@ def replay_uniform(seed, row, trial, position):
 
 @kernel
 def replay_draft_uniform(seed, row, trial, position):
-    return uniform(seed, row, trial * _TRIAL_STRIDE + DRAFT, position)
+    return uniform(seed, row, trial * _TRIAL_STRIDE + Stream.DRAFT, position)
 
 
 @kernel
 def replay_step_seed(seed, row, trial, start):
-    return np.int64(hash4(seed, row, trial * _TRIAL_STRIDE + SIM, start) >> _S1)
+    return np.int64(hash4(seed, row, trial * _TRIAL_STRIDE + Stream.SIM, start) >> _S1)
 
 
 @kernel
