@@ -104,7 +104,8 @@ def main():
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, env=env)
         walls.append(time.perf_counter() - t0)
-    print(f"\n== README main command (fastspec simulate {main_dump.name} --k 1,2,4,8): wall {np.median(walls):.2f} s median of 3 "
+    print(f"\n== README main command (fastspec simulate {main_dump.name} --k 1,2,4,8): "
+          f"wall {np.median(walls):.2f} s median of 3 "
           "(process start, imports and cached Numba code included)")
 
 

@@ -46,7 +46,7 @@ def progress_bar(console, label: str, total: int | None, *, every: int | None = 
         task = bar.add_task(label, total=total)
         return bar.start, (lambda n=1: bar.advance(task, n)), (lambda n: bar.update(task, total=n)), bar.stop
     if every is None:
-        return (lambda: None), (lambda n=1: None), (lambda n: None), (lambda: None)
+        return (lambda: None), (lambda _n=1: None), (lambda _n: None), (lambda: None)
     state = {"done": 0, "total": total, "shown": 0}
 
     def advance(n=1):

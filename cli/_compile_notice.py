@@ -38,7 +38,7 @@ def _listener_class():
                 self.timer.daemon = True
                 self.timer.start()
 
-        def on_end(self, ev):
+        def on_end(self, _ev):
             with self.lock:
                 self.depth = max(0, self.depth - 1)
                 if self.depth == 0 and self.timer is not None:

@@ -15,13 +15,15 @@ from .main import app
 
 @app.command("dump")
 def dump_command(
-    target: str = typer.Option(..., "--target", help="Target model: a local Hugging Face model directory or a .gguf file."),
+    target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
+                                "directory or a .gguf file."),
     draft: List[str] = typer.Option(..., "--draft", help="NAME=MODEL (repeatable). MODEL: model directory, .gguf file, "
                                     "or exitL = the target's first L layers + its final norm and LM head."),
     prompts: str = typer.Option(..., "--prompts", help="Prompts: text file (one per line) or .jsonl (chat messages, "
                                 "{\"messages\": [...]}, {\"prompt\": ...})."),
     out: str = typer.Option(..., "--out", help="Output dump: DUMP.npz, or a directory of .npy files."),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Continuation length per prompt (stops early at EOS)."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", metavar="N", help="Continuation length per prompt "
+                                        "(stops early at EOS)."),
     temperature: float = temperature_option(1.0, "Temperature the continuation is sampled at (0 = greedy); "
                                             "recorded in the dump."),
     top_k: int = top_k_option(0, "Top-k of the continuation sampling (0 disables); recorded."),

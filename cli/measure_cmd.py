@@ -1,4 +1,5 @@
-"""``fastspec measure``: real speculative decoding on the CPU vs ``simulate``'s offline prediction (needs fastspec[hf])."""
+"""``fastspec measure``: real speculative decoding on the CPU vs ``simulate``'s offline prediction
+(needs fastspec[hf])."""
 from __future__ import annotations
 
 import os
@@ -18,8 +19,10 @@ from .main import app
 
 @app.command("measure")
 def measure_command(
-    target: str = typer.Option(..., "--target", help="Target model: a local Hugging Face model directory or a .gguf file."),
-    draft: List[str] = typer.Option(..., "--draft", help="NAME=MODEL (repeatable); MODEL: directory, .gguf file or exitL."),
+    target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
+                                "directory or a .gguf file."),
+    draft: List[str] = typer.Option(..., "--draft", metavar="NAME=MODEL", help="NAME=MODEL (repeatable); MODEL: "
+                                    "directory, .gguf file or exitL."),
     prompts: str = typer.Option(..., "--prompts", help="Prompts file (text, one per line, or .jsonl chat messages)."),
     k: str = k_option("1,2,4"),
     temperature: float = temperature_option(1.0, "Sampling temperature of the real loop and of the prediction "
@@ -27,14 +30,16 @@ def measure_command(
     top_k: int = top_k_option(0, "Top-k of the real loop and of the prediction (0 disables)."),
     top_p: float = top_p_option(1.0, "Top-p of the real loop and of the prediction, in (0, 1]."),
     min_p: float = min_p_option(0.0, "Min-p of the real loop and of the prediction, in [0, 1)."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens generated per prompt (stops early at EOS)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", metavar="N", help="Tokens generated per prompt "
+                                        "(stops early at EOS)."),
     seed: int = seed_option("Seed (the real loop and the dump it makes derive their seeds from it)."),
     repeats: int = typer.Option(1, "--repeats", help="Real-loop runs per prompt and (draft, k)."),
     max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="Use only the first N prompts of the file."),
     dump: Optional[str] = typer.Option(None, "--dump", help="Predict from this existing dump of the same prompts "
                                        "(default: make one now, dense, from the same prompts)."),
     top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Make the prediction dump sparse top-K."),
-    save_dump: Optional[str] = typer.Option(None, "--save-dump", help="Keep the prediction dump it makes at this path."),
+    save_dump: Optional[str] = typer.Option(None, "--save-dump", metavar="PATH", help="Keep the prediction dump it "
+                                             "makes at this path."),
     trials: Optional[int] = typer.Option(None, "--trials", help="simulate's Monte-Carlo replays per sequence."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
     as_json: bool = json_option(),
@@ -107,7 +112,7 @@ def measure_command(
                         f"{max_new_tokens} new tokens, repeats={repeats})", title_justify="left")
     for c in ("draft", "k", "predicted", "measured (95% CI)", "rel. error", "steps", "ms/token draft+target+verify"):
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
-    for r, m in zip(rows, meas):
+    for r, m in zip(rows, meas, strict=True):
         p = r["predicted"]
         if p["mean_acceptance_length_exact"] is not None:
             ci = p["ci95_over_prompts"]

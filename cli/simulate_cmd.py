@@ -140,7 +140,8 @@ def _print_human(res, plot) -> None:
     table = Table(title=title, title_justify="left")
     has_cost = cfg["draft_cost"] is not None
     if sparse:
-        cols = ["draft", "k", "alpha [lo, hi]", "tokens/step exact [lo, hi]"] + (["speed-up [lo, hi]"] if has_cost else [])
+        cols = ["draft", "k", "alpha [lo, hi]", "tokens/step exact [lo, hi]"]
+        cols += ["speed-up [lo, hi]"] if has_cost else []
     else:
         cols = ["draft", "k", "alpha", "tokens/step (MC)", "95% CI", "exact (DP)", "draft accept rate"]
         cols += ["speed-up"] if has_cost else []
@@ -186,7 +187,8 @@ def _print_human(res, plot) -> None:
         out.print(pp)
     if has_cost:
         best = ", ".join(f"{d}: k={k}" for d, k in res.best.items())
-        out.print(f"best k under the cost model (c={cfg['draft_cost']:g}, verify={cfg['verify_cost']}): {best}  (* in the table)")
+        out.print(f"best k under the cost model (c={cfg['draft_cost']:g}, verify={cfg['verify_cost']}): {best}  "
+                  "(* in the table)")
     else:
         out.print("no cost model given (--draft-cost / --verify-cost): speed-up not computed")
     for r in res.results:
@@ -218,7 +220,8 @@ def _plot(res, path, plt) -> None:
             axes[0].fill_between(ks, lo, hi, alpha=0.3, label=name)
         else:
             y = [r.mean_acceptance_length for r in rows]
-            err = [[r.mean_acceptance_length - r.ci95[0] for r in rows], [r.ci95[1] - r.mean_acceptance_length for r in rows]]
+            err = [[r.mean_acceptance_length - r.ci95[0] for r in rows],
+                   [r.ci95[1] - r.mean_acceptance_length for r in rows]]
             axes[0].errorbar(ks, y, yerr=err, marker="o", capsize=3, label=name)
             longest = rows[-1]
             axes[1].plot(range(1, longest.k + 1), longest.per_position_acceptance, marker="o",

@@ -28,7 +28,7 @@ import numba
 import numpy as np
 
 from ._kernels.alpha import alpha_rows, bounds_rows
-from .analysis import (SpecStats, alpha_summary, expected_speedup, expected_tokens_closed_form,  # noqa: F401
+from .analysis import (SpecStats, alpha_summary, expected_speedup, expected_tokens_closed_form,
                        expected_tokens_per_step, optimal_k)
 from .errors import DumpFormatError, InvalidInput, InvalidType
 from .params import SamplingParams, per_row

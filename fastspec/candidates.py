@@ -223,8 +223,7 @@ def verify_tree_logits(target_logits, draft_logits, tree_tokens, *, parent=None,
     xt = validate_logits("target_logits", target_logits, ndim=3)
     B, N = xt.shape[0], xt.shape[1]
     prm = per_row(B, temperature, top_k, top_p, min_p)
-    per_node = {name: np.repeat(a, N).reshape(B, N) for name, a in zip(("temperature", "top_k", "top_p", "min_p"),
-                                                                       prm)}
+    per_node = {name: np.repeat(getattr(prm, name), N).reshape(B, N) for name in prm._fields}
     pt = probabilities(xt, **per_node)
     pd = None
     if draft_logits is not None:

@@ -38,13 +38,13 @@ from typing import Iterator
 
 import numpy as np
 
-from ._numba.jit import SOURCE_FINGERPRINT as CODE_FINGERPRINT  # noqa: F401 - deprecated alias
+from ._numba.jit import SOURCE_FINGERPRINT as CODE_FINGERPRINT  # the code identity workers are checked against
 from .distributed import TASK_PREFIX, alpha_task, check_part, run_on_cluster
 from .errors import DumpFormatError, DumpNotFound, FastspecError, InvalidInput, InvalidType
 from .io import DEFAULT_CHUNK_BYTES, ArrayInfo, Chunk, Dump, DumpBase, load_dump
 from .io.format import kinds_of
 
-__all__ = ["ShardedDump", "load_any", "is_sharded", "list_shards", "TASK_PREFIX"]
+__all__ = ["ShardedDump", "load_any", "is_sharded", "list_shards", "TASK_PREFIX", "CODE_FINGERPRINT"]
 
 
 def _natural_key(name: str):

@@ -5,7 +5,6 @@ transformer models), ``dask`` (a local cluster), ``subprocess`` (fresh Python pr
 (calibrated goodness-of-fit tests with many samples).  ``python -m pytest --all`` -- the README test command,
 which CI runs -- runs every test; an explicit ``-m EXPRESSION`` selects as usual.
 """
-import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(

@@ -72,7 +72,8 @@ def verify_with_uniforms(p, q, draft, u_accept, u_sample):
             out.append(x)
             continue
         if q is None:
-            qi = np.zeros(p.shape[1]); qi[x] = 1.0
+            qi = np.zeros(p.shape[1])
+            qi[x] = 1.0
         else:
             qi = q[i]
         r = np.maximum(p[i] - qi, 0.0)

@@ -50,7 +50,7 @@ def write(root, data, cuts=CUTS, names=None):
     sdir = os.path.join(root, "shards")
     os.makedirs(sdir, exist_ok=True)
     paths = []
-    for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+    for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
         name = names[i] if names else (f"part-{i}.npz" if i % 2 == 0 else f"part-{i}")
         p = save_dump(os.path.join(sdir, name), _rows(target, a, b), {k: _rows(v, a, b) for k, v in drafts.items()},
                       lengths=lengths[a:b], **meta)

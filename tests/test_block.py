@@ -21,7 +21,7 @@ M = 30000
 
 def emitted_counts(res):
     out = {}
-    for row, n in zip(res.tokens, res.num_emitted):
+    for row, n in zip(res.tokens, res.num_emitted, strict=True):
         key = tuple(int(v) for v in row[:n])
         out[key] = out.get(key, 0) + 1
     return out
@@ -67,7 +67,7 @@ def test_paper_example_accepted_counts():
     q = np.broadcast_to([2 / 3, 1 / 3], (M, 2, 2))
     toks = (np.random.default_rng(0).random((M, 2)) < 1 / 3).astype(np.int64)
     r = verify_probs(p, q, toks, seed=np.arange(M), method="block")
-    ex = E.block_distribution(lambda s: ("1/3", "2/3"), lambda s: ("2/3", "1/3"), 2, method="block")
+    ex = E.block_distribution(lambda _s: ("1/3", "2/3"), lambda _s: ("2/3", "1/3"), 2, method="block")
     assert ex.expected_accepted == E.Fraction(11, 9)
     hist = {(j,): int((r.num_accepted == j).sum()) for j in range(3)}
     assert naive.chi2_fits(hist, {(j,): ex.accepted_count[j] for j in range(3)}, N_TESTS)
@@ -149,7 +149,8 @@ def test_broken_block_verifiers_fail_the_same_test(variant):
     lm.P = [np.array([1 / 3, 2 / 3])] + [np.tile([1 / 3, 2 / 3], (2,) * j + (1,)) for j in (1, 2)]
     lm.Q = [np.array([2 / 3, 1 / 3]), np.tile([2 / 3, 1 / 3], (2, 1))]
     p, q, toks = lm.sample(np.random.default_rng(1), M)
-    assert naive.chi2_fits(emitted_counts(verify_probs(p, q, toks, seed=np.arange(M), method="block")), lm.exact().emitted, N_TESTS)
+    got = emitted_counts(verify_probs(p, q, toks, seed=np.arange(M), method="block"))
+    assert naive.chi2_fits(got, lm.exact().emitted, N_TESTS)
     assert not naive.chi2_fits(broken_block(p, q, toks, np.random.default_rng(4), variant), lm.exact().emitted, N_TESTS)
 
 

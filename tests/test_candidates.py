@@ -1,7 +1,8 @@
 """Multi-candidate and token-tree verification kernels (``fastspec.candidates``).
 
 The law of the whole emitted tuple of a depth-2 tree with two candidates per node is compared with the exact
-Fraction enumeration (:func:`fastspec.exact.block_distribution` with ``method="candidates"``) by a chi-square test calibrated with
+Fraction enumeration (:func:`fastspec.exact.block_distribution` with ``method="candidates"``) by a chi-square test
+calibrated with
 ``chi2.isf(1e-6 / N_TESTS, df)``; a deliberately broken multi-candidate verifier (residual not updated between
 candidates) is shown to fail the same test.
 """
@@ -25,7 +26,7 @@ NEXT_SIBLING = np.array([-1, 2, -1, 4, -1, 6, -1])
 
 def emitted_counts(res):
     out = {}
-    for row, n in zip(res.tokens, res.num_emitted):
+    for row, n in zip(res.tokens, res.num_emitted, strict=True):
         key = tuple(int(v) for v in row[:n])
         out[key] = out.get(key, 0) + 1
     return out

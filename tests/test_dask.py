@@ -54,7 +54,7 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client(data):
+def client():
     import logging
 
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -146,7 +146,7 @@ class _KillOnce(distributed.WorkerPlugin):
     def __init__(self, marker):
         self.marker = marker
 
-    def transition(self, key, start, finish, **kwargs):
+    def transition(self, key, _start, finish, **_kwargs):
         if finish == "executing" and str(key).startswith(TASK_PREFIX) and not os.path.exists(self.marker):
             with open(self.marker, "w") as fh:
                 fh.write(f"{os.getpid()} {key}\n")
@@ -196,7 +196,7 @@ def test_cli_tcp_scheduler_same_json(client, data):
     assert info["N"] == 24 and info["format"] == "sharded (6 shards)" and set(info["acceptance"]) == {"far", "near"}
 
 
-def test_cli_local_cluster(data, monkeypatch):
+def test_cli_local_cluster(data):
     r = runner.invoke(app, ["inspect", data["sdir"], "--scheduler", "local:1", "--json"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["N"] == 24
@@ -208,7 +208,7 @@ class _NoWorkers:
     def __init__(self, error=None):
         self.error = error
 
-    def run(self, fn):
+    def run(self, _fn):
         if self.error is not None:
             raise self.error
         return {}

@@ -154,7 +154,7 @@ def test_cache_rollback_matches_recompute_from_scratch(pair, which):
         np.testing.assert_array_equal(a.tokens, b.tokens)
         assert len(a.trace) == len(b.trace)
         rejected = 0
-        for sa, sb in zip(a.trace, b.trace):
+        for sa, sb in zip(a.trace, b.trace, strict=True):
             assert sa["drafts"] == sb["drafts"] and sa["emitted"] == sb["emitted"]
             np.testing.assert_allclose(sa["target_logits"], sb["target_logits"], atol=1e-4)
             if sa["draft_logits"] is not None:
@@ -318,7 +318,8 @@ def test_read_prompts_jsonl_and_chat_template(model_dirs, tmp_path):
     f.write_text(json.dumps([{"role": "user", "content": "a b"}]) + "\n" + json.dumps({"prompt": "c d"}) + "\n")
     plain = hf.read_prompts(str(f), tok)
     assert len(plain) == 2
-    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if add_generation_prompt %}e{% endif %}"
+    tok.chat_template = ("{% for m in messages %}{{ m['content'] }} {% endfor %}"
+                         "{% if add_generation_prompt %}e{% endif %}")
     chat = hf.read_prompts(str(f), tok)
     assert chat[0] == tok("a b e", add_special_tokens=False)["input_ids"]
     bad = tmp_path / "bad.jsonl"
@@ -485,7 +486,7 @@ def test_dump_measure_compare_with_filters(pair, tmp_path):
     assert [m.as_dict()["emitted"] for m in meas] == [m.as_dict()["emitted"] for m in again]
     rows = hf.compare(meas, pred)
     assert [(r["draft"], r["k"]) for r in rows] == [("d", 1), ("d", 2)]
-    for r, m in zip(rows, meas):
+    for r, m in zip(rows, meas, strict=True):
         assert m.runs == 2 and m.ci95[0] <= m.mean_acceptance_length <= m.ci95[1]
         assert r["relative_error"] == pytest.approx(
             (r["predicted"]["mean_acceptance_length_exact"] - m.mean_acceptance_length) / m.mean_acceptance_length)

@@ -30,7 +30,8 @@ def test_round_trip_and_chunks(tmp_path, layout, dtype):
         np.testing.assert_array_equal(d.lengths, [5, 3])
         np.testing.assert_array_equal(d.tokens, tokens)
         desc = d.describe()
-        assert desc["size_on_disk"] > 0 and {a["name"] for a in desc["arrays"]} >= {"target_logits", "draft_logits__tiny"}
+        assert desc["size_on_disk"] > 0
+        assert {a["name"] for a in desc["arrays"]} >= {"target_logits", "draft_logits__tiny"}
         for max_bytes in (1, 100, 10**9):
             chunks = list(d.iter_chunks(max_bytes=max_bytes))
             got = np.concatenate([c.target for c in chunks])
@@ -136,11 +137,14 @@ def test_sparse_value_errors(tmp_path):
         p = _write_npz(tmp_path / "s.npz", arrays)
         with pytest.raises(ValueError, match=pattern):
             load_dump(p, validate=True)
-    bad = ids.copy(); bad[1, 2, 1] = 3
+    bad = ids.copy()
+    bad[1, 2, 1] = 3
     check(r"'draft_topk_ids': id 3 at index \[1, 2, 1\]", draft_topk_ids=bad)
-    bad = ids.copy(); bad[0, 1, 2] = 0
+    bad = ids.copy()
+    bad[0, 1, 2] = 0
     check(r"row \[0, 1\] lists an id twice", target_topk_ids=bad)
-    bad = lp.copy(); bad[1, 0, 0] = 0.5
+    bad = lp.copy()
+    bad[1, 0, 0] = 0.5
     check(r"'target_topk_logprobs': value 0.5 at index \[1, 0, 0\]", target_topk_logprobs=bad)
     bad = np.log(np.full((2, 4, 3), 0.5))
     check("summing to 1.5", draft_topk_logprobs=bad)
@@ -164,7 +168,8 @@ def test_refuses_object_arrays_truncation_and_bombs(tmp_path):
             load_dump(t, validate=True)
     # zip bomb: a huge zero array compresses ~1000x
     p = tmp_path / "bomb.npz"
-    np.savez_compressed(p, target_logits=np.zeros((64, 64, 4096), np.float32), draft_logits=np.zeros((64, 64, 4096), np.float32))
+    zeros = np.zeros((64, 64, 4096), np.float32)
+    np.savez_compressed(p, target_logits=zeros, draft_logits=zeros)
     with pytest.raises(ValueError, match="zip bomb"):
         load_dump(p)
     # not a dump at all

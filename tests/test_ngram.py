@@ -262,7 +262,7 @@ def test_one_hot_first_token_distribution_exact():
 
 
 def counts_of(a):
-    return {int(v): int(c) for v, c in zip(*np.unique(a, return_counts=True))}
+    return {int(v): int(c) for v, c in zip(*np.unique(a, return_counts=True), strict=True)}
 
 
 N = 20000

@@ -142,8 +142,8 @@ def test_lane_sum_is_its_documented_order(n):
     stop = n - n % 16
     lanes = [0.0] * 16
     for j in range(0, stop, 16):
-        for l in range(16):
-            lanes[l] += w[j + l]
+        for lane in range(16):
+            lanes[lane] += w[j + lane]
     while len(lanes) > 1:
         lanes = [lanes[i] + lanes[i + 1] for i in range(0, len(lanes), 2)]
     t = lanes[0]

@@ -107,7 +107,8 @@ def test_layouts_dtypes_and_per_row_params(tmp_path):
     t = np.repeat([0.5, 1.0, 0.0, 2.0], 3).reshape(4, 3)
     np.testing.assert_allclose(probabilities(x, temperature=t, top_k=7), ref, atol=1e-12)
     np.testing.assert_allclose(probabilities(np.asfortranarray(x), temperature=t, top_k=7), ref, atol=1e-12)
-    ro = x.copy(); ro.setflags(write=False)
+    ro = x.copy()
+    ro.setflags(write=False)
     np.testing.assert_allclose(probabilities(ro, temperature=t, top_k=7), ref, atol=1e-12)
     path = tmp_path / "x.npy"
     np.save(path, x.astype(np.float32))
@@ -118,7 +119,8 @@ def test_layouts_dtypes_and_per_row_params(tmp_path):
 
 
 def test_all_minus_inf_but_one_and_v1():
-    x = np.full(10, -np.inf); x[7] = -3.0
+    x = np.full(10, -np.inf)
+    x[7] = -3.0
     for kw in CASES:
         p = probabilities(x, **kw)
         assert p[7] == 1.0 and p.sum() == 1.0
@@ -138,7 +140,8 @@ def test_bad_params(kw, name):
 
 def test_bad_logits():
     for bad in (np.nan, np.inf):
-        x = np.zeros((2, 4)); x[1, 2] = bad
+        x = np.zeros((2, 4))
+        x[1, 2] = bad
         with pytest.raises(ValueError, match=r"logits\[1, 2\]"):
             probabilities(x)
     with pytest.raises(ValueError, match="no finite logit"):

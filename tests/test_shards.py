@@ -54,7 +54,8 @@ def test_structure_matches_merged(dense):
         assert s.shard_of(2) == (1, 0) and s.shard_of(10) == (3, 3)
         info = s.describe()
         assert info["N"] == m.N and info["format"] == "sharded (4 shards)" and len(info["shards"]) == 4
-        assert {a["name"]: a["shape"] for a in info["arrays"]} == {a["name"]: a["shape"] for a in m.describe()["arrays"]}
+        shapes = {a["name"]: a["shape"] for a in m.describe()["arrays"]}
+        assert {a["name"]: a["shape"] for a in info["arrays"]} == shapes
 
 
 @pytest.mark.parametrize("flags", [{}, {"temperature": 0.6, "top_k": 7, "top_p": 0.9}, {"temperature": 0.0},
@@ -162,7 +163,7 @@ def _split(tmp_path, data, cuts=(0, 3, 6)):
 @pytest.mark.parametrize("change,what", [
     (lambda t, d, ln, m: (t, {"near": d["near"]}, ln, m), "drafts"),
     (lambda t, d, ln, m: (t[..., :-1], {k: v[..., :-1] for k, v in d.items()}, ln, m), "vocabulary"),
-    (lambda t, d, ln, m: (t, d, ln, {"temperature": 0.5}), "metadata"),
+    (lambda t, d, ln, _m: (t, d, ln, {"temperature": 0.5}), "metadata"),
     (lambda t, d, ln, m: (t.astype(np.float32), d, ln, m), "dtypes"),
     (lambda t, d, ln, m: (t[:, :-1], {k: v[:, :-1] for k, v in d.items()}, np.minimum(ln, 12), m), "positions T"),
 ])

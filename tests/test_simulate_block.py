@@ -32,7 +32,7 @@ def random_dump(path, n=4, t=20, v=8, seed=0):
 def block_trajectory_expectation(p, q, k, L):
     """Exact tokens per verify step of block verification replayed along one sequence of L positions with
     context-independent p, q (the simulator's end-of-sequence convention), by a renewal DP over Fractions."""
-    law = {d: E.block_distribution(lambda s: p, lambda s: q, d, method="block").accepted_count
+    law = {d: E.block_distribution(lambda _s: p, lambda _s: q, d, method="block").accepted_count
            for d in range(1, k + 1)}
     steps = [F(0)] * (L + 1)
     tokens = [F(0)] * (L + 1)

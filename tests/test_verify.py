@@ -73,7 +73,8 @@ def test_agrees_with_exact_path(V):
             np.testing.assert_allclose(rec, [float(r) for r in step.recovered], rtol=0, atol=1e-12)
         # one-hot draft on x: q = e_x
         x = int(rng.integers(V))
-        e = np.zeros(V); e[x] = 1
+        e = np.zeros(V)
+        e[x] = 1
         step = exact.verify_step(p, e, normalize=True)
         acc, rec, _ = verification_distributions(p, None, x)
         assert abs(acc - float(step.acceptance)) <= 1e-12
@@ -254,7 +255,8 @@ def test_seeded_determinism_threads_and_batching():
     c = verify_logits(xt[perm], xd[perm], toks[perm], temperature=kw["temperature"][perm], top_p=1.0,
                       seed=seeds[perm]).tokens
     assert (c == a[perm]).all()
-    ro = xt.copy(); ro.setflags(write=False)
+    ro = xt.copy()
+    ro.setflags(write=False)
     assert (verify_logits(np.asfortranarray(ro), xd, toks, **kw).tokens == a).all()
 
 

@@ -78,7 +78,6 @@ def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, see
                      ep, eq, zpb, zqb, tp, tq):
     """Block-verify one row from logits (arrays as in :func:`fastspec._kernels.token.verify_row_logits`).
     rsum [max(K, 1), nb], prm [K+1, N_PRM], ep, eq [V], zpb, zqb [nb], tp, tq [BLOCK]: work arrays."""
-    V = xt.shape[1]
     none = xt[0, 0:0]
     if temp == 0.0:  # greedy: block verification equals token verification
         for i in range(nd + 1):

@@ -127,7 +127,7 @@ def dump_logits(out, target, drafts: Mapping, prompts: Sequence[Sequence[int]], 
             kk = min(top_k_save, V)
             ids = _assemble(tmp, len(roles), lengths, "_ids", (kk,), np.int32)
             lps = _assemble(tmp, len(roles), lengths, "_lp", (kk,), np.float32)
-            values = list(zip(ids, lps))
+            values = list(zip(ids, lps, strict=True))
         else:
             values = _assemble(tmp, len(roles), lengths, "_logits", (V,), np.float16)
         tokens = np.zeros((len(prompts), max(lengths)), np.int64)
@@ -136,7 +136,8 @@ def dump_logits(out, target, drafts: Mapping, prompts: Sequence[Sequence[int]], 
             tokens[i, :len(c)] = c
         if compressed is None:
             compressed = sparse
-        save_dump(out, values[0], dict(zip(drafts, values[1:])), tokens=tokens, lengths=np.asarray(lengths, np.int64),
+        save_dump(out, values[0], dict(zip(drafts, values[1:], strict=True)), tokens=tokens,
+                  lengths=np.asarray(lengths, np.int64),
                   **params.as_dict(), vocab_size=V, compressed=bool(compressed) and out.endswith(".npz"))
         return out
     finally:

@@ -136,7 +136,8 @@ def alpha_outputs():
 
     out = {}
     with fastspec.load_dump(os.path.join(ROOT, "data", "synthetic_pair.npz")) as d:
-        for kw_name, kw in (("t1", {}), ("t07_topp", dict(temperature=0.7, top_p=0.9)), ("greedy", dict(temperature=0))):
+        settings = (("t1", {}), ("t07_topp", dict(temperature=0.7, top_p=0.9)), ("greedy", dict(temperature=0)))
+        for kw_name, kw in settings:
             acc = fastspec.dump_acceptance(d, **kw)
             for n, a in acc.items():
                 out[f"alpha/{kw_name}/{n}"] = {"alpha": a.alpha.tolist()}
@@ -156,7 +157,7 @@ def compare(expected, got, path=""):
             compare(expected[k], got[k], f"{path}/{k}")
     elif isinstance(expected, list):
         assert isinstance(got, list) and len(got) == len(expected), f"{path}: length"
-        for i, (a, b) in enumerate(zip(expected, got)):
+        for i, (a, b) in enumerate(zip(expected, got, strict=True)):
             compare(a, b, f"{path}[{i}]")
     elif isinstance(expected, float) and not isinstance(expected, bool):
         assert isinstance(got, (int, float)), f"{path}: {got!r}"
