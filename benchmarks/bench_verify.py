@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import print_table, time_interleaved  # noqa: E402
 
 import fastspec  # noqa: E402
-from fastspec._jit import parallel_kernel, prange  # noqa: E402
+from fastspec._numba.jit import parallel_kernel, prange  # noqa: E402
 
 SIZES = [(1, 4, 32000), (1, 4, 128256), (8, 4, 128256), (32, 4, 128256), (64, 8, 152064)]
 

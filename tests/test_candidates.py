@@ -214,3 +214,34 @@ def test_tree_errors_name_argument_row_and_fix():
         verify_tree_probs(p, q, [[0, 0, 1]] * 2, parent=par, sampling="beam")
     r = verify_tree_probs(p, None, [[0, 2, 3], [0, 1, 0]], parent=par, sampling="deterministic", num_nodes=[3, 1])
     assert r.num_accepted[1] == 0 and r.tokens[1, 0] >= 0
+
+
+def test_candidate_acceptance_validates_its_input():
+    p = np.full((1, 8), 1 / 8)
+    q = np.full((1, 2), 1 / 2)
+    with pytest.raises(ValueError, match=r"same shape"):  # used to read past q and return 0.375
+        candidate_acceptance(p, q, 2)
+    with pytest.raises(ValueError, match=r"finite"):  # used to return NaN
+        candidate_acceptance(np.array([[np.nan, 1.0]]), np.array([[0.5, 0.5]]), 1)
+    with pytest.raises(ValueError, match=r"sums to"):  # used to return -1.88
+        candidate_acceptance(np.array([[3.0, 1.0]]), np.array([[0.5, 0.5]]), 2)
+    with pytest.raises(ValueError, match=r"2 dimensions"):  # used to raise a Numba TypingError
+        candidate_acceptance(np.array([0.5, 0.5]), np.array([0.5, 0.5]), 1)
+    with pytest.raises(TypeError, match=r"w must be an integer"):  # 2.5 used to be truncated to 2
+        candidate_acceptance(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 2.5)
+    with pytest.raises(ValueError, match=r"w = 0"):
+        candidate_acceptance(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 0)
+    with pytest.raises(ValueError, match=r"without replacement"):
+        candidate_acceptance(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 2, sampling="without_replacement")
+    ok = candidate_acceptance(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]), 2)
+    assert ok[0] == pytest.approx(19 / 25, abs=1e-15)
+
+
+def test_parent_from_siblings_refuses_a_cycle_instead_of_looping():
+    fc = np.array([[1, -1, -1]])
+    ns = np.array([[-1, 2, 1]])  # 1 -> 2 -> 1 -> ...: used to loop forever
+    with pytest.raises(ValueError, match=r"reached twice"):
+        parent_from_siblings(fc, ns)
+    with pytest.raises(ValueError, match=r"\[-1, 3\)"):
+        parent_from_siblings(np.array([[1, 5, -1]]), np.array([[-1, -1, -1]]))
+    assert parent_from_siblings(np.array([[1, -1, -1]]), np.array([[-1, 2, -1]])).tolist() == [[-1, 0, 0]]

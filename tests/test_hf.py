@@ -332,7 +332,7 @@ def test_measure_cli_json(model_dirs):
     res = _cli(["measure", "--target", model_dirs["target"], "--draft", "exit1", "--prompts", model_dirs["prompts"],
                 "--k", "1,2", "--max-new-tokens", "8", "--trials", "20", "--json", "--threads", "1"])
     assert res.exit_code == 0, res.output
-    obj = json.loads(res.output)
+    obj = json.loads(res.stdout)
     assert [(r["draft"], r["k"]) for r in obj["results"]] == [("exit1", 1), ("exit1", 2)]
     for r in obj["results"]:
         m = r["measured"]

@@ -3,7 +3,8 @@
 Dense rows (float16 as uint16 bits, float32, float64) are processed with the same primitives as
 verification: the max pass (also the validity check), the cutoff of top-k/top-p/min-p, the stored weights
 with fixed-order block sums, then a fixed-order sum of ``min(ep/zp, eq/zq)`` over the stored weights (no
-exponential).  The formulas of the sparse bounds are derived in :mod:`fastspec.acceptance`.
+exponential, :func:`fastspec._numba.lanes.lane_min_sum`).  The formulas of the sparse bounds are derived in
+:mod:`fastspec.acceptance`.
 """
 from __future__ import annotations
 
@@ -12,30 +13,14 @@ import math
 import numpy as np
 
 from .._numba.jit import parallel_kernel, kernel, prange
-from .._numba.lanes import lane_sum
-from ..config import BLOCK
+from .._numba.lanes import lane_min_sum
 from .rows import ROW_OK, argmax_of, row_max, status
 from .process import processed_weights
 from .sample import block_count
 
 
 @kernel
-def _min_sum(ep, eq, izp, izq, tmp):
-    """sum_v min(ep[v] izp, eq[v] izq) in a fixed order (block by block through tmp [BLOCK])."""
-    n = ep.shape[0]
-    total = 0.0
-    for lo in range(0, n, BLOCK):
-        hi = min(n, lo + BLOCK)
-        ps = ep[lo:hi]
-        qs = eq[lo:hi]
-        for v in range(hi - lo):
-            tmp[v] = min(ps[v] * izp, qs[v] * izq)
-        total += lane_sum(tmp, 0, hi - lo)
-    return total
-
-
-@kernel
-def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, tmp):
+def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum):
     """(alpha, status) of one row pair; status 0 ok, 1-3 target row NaN/+inf/no finite value, 4-6 draft row."""
     mp = row_max(x)
     sp = status(mp)
@@ -50,7 +35,7 @@ def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, tmp):
     none = x[0:0]
     _, _, zp, _ = processed_weights(x, mp, temp, top_k, top_p, min_p, eq, ep, bsum, none)  # eq: scratch first
     _, _, zq, _ = processed_weights(y, mq, temp, top_k, top_p, min_p, eq, eq, bsum, none)
-    return min(_min_sum(ep, eq, 1.0 / zp, 1.0 / zq, tmp), 1.0), 0
+    return min(lane_min_sum(ep, eq, 1.0 / zp, 1.0 / zq, 0, ep.shape[0]), 1.0), 0
 
 
 @parallel_kernel
@@ -65,13 +50,12 @@ def alpha_rows(P, Q, params, valid, nthreads, out, status_out):
         ep = np.empty(V)
         eq = np.empty(V)
         bsum = np.empty(nb)
-        tmp = np.empty(BLOCK)
         for r in range(c * R // nth, (c + 1) * R // nth):
             out[r] = 0.0
             status_out[r] = 0
             if valid[r]:
                 out[r], status_out[r] = alpha_row(P[r], Q[r], temp[r], top_k[r], top_p[r], min_p[r], ep, eq,
-                                                  bsum, tmp)
+                                                  bsum)
 
 
 @kernel

@@ -22,7 +22,7 @@ from ..config import BLOCK
 from .rows import ROW_OK, argmax_of, row_max, status
 from .sample import NO_EXCLUDED, block_count, block_sums, block_weights, pick_block, row_weights, sample, scan_block
 from .process import visit_row
-from .token import ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, TARGET_ROWS, UNDERFLOWS, _validate_rest
+from .token import ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, TARGET_ROWS, UNDERFLOWS, validate_rest
 
 # columns of prm [K+1, N_PRM]: the processing of position i's target and draft rows, and the residual's scales
 P_MAX, P_INV_T, P_THR, Q_MAX, Q_INV_T, Q_THR, RES_A, RES_B = range(8)
@@ -89,7 +89,7 @@ def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, see
             out[i] = amax
             if i == nd or toks[i] != amax:
                 stats[ACCEPTED] = i
-                _validate_rest(xt, xd, has_draft, toks, nd, i + 1, 0, np.nan, temp, top_k, top_p, min_p, eq,
+                validate_rest(xt, xd, has_draft, toks, nd, i + 1, 0, np.nan, temp, top_k, top_p, min_p, eq,
                                stats)
                 return
         return
@@ -142,7 +142,7 @@ def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, see
             row_weights(xt[tau], prm[tau, P_MAX], prm[tau, P_INV_T], prm[tau, P_THR], ep, zpb, none)
             v = sample(ep, ep, 1.0, 0.0, NO_EXCLUDED, zpb, u)
         out[tau] = v
-    _validate_rest(xt, xd, has_draft, toks, nd, t_read, last if has_draft else 0, np.nan, temp, top_k, top_p,
+    validate_rest(xt, xd, has_draft, toks, nd, t_read, last if has_draft else 0, np.nan, temp, top_k, top_p,
                    min_p, eq, stats)
 
 

@@ -69,7 +69,7 @@ def _draft_prob_positive(y, tok, m, temp, top_k, top_p, min_p, scratch):
 
 
 @kernel
-def _validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md0, temp, top_k, top_p, min_p, scratch, stats):
+def validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md0, temp, top_k, top_p, min_p, scratch, stats):
     """Validate target rows t0.. and draft rows d0.. (``md0``: the max of draft row d0 when it was computed
     ahead, else NaN) of a row the decision did not read, and check that every drafted token among them has
     draft probability > 0, so an invalid draft is reported whatever was accepted."""
@@ -94,7 +94,7 @@ def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, se
 
     Every row is validated once: a visited row by its max pass (which, but for the first, runs inside the
     previous position's weight pass: ``mt_next``/``md_next``, NaN when not computed ahead), the others by
-    :func:`_validate_rest`."""
+    :func:`validate_rest`."""
     V = xt.shape[1]
     wp, wq, zpb, zqb, bsum, tmp = split_buffer(buf, V, block_count(V))
     greedy = temp == 0.0
@@ -172,7 +172,7 @@ def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, se
             stats[BAD_VALUES] = TARGET_ROWS
             return
         t0 = t_ok + 1
-    _validate_rest(xt, xd, has_draft, toks, nd, t0, d_ok, md_next, temp, top_k, top_p, min_p, wq, stats)
+    validate_rest(xt, xd, has_draft, toks, nd, t0, d_ok, md_next, temp, top_k, top_p, min_p, wq, stats)
 
 
 @parallel_kernel
