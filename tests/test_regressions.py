@@ -127,3 +127,25 @@ def test_bernoulli_blocks_do_not_change_results():
     small = _bernoulli(alpha, lengths, ids, 5, 20, 10, 7, max_bytes=1)  # one row per block
     for key in ("tokens", "steps", "drafted", "accepted", "hist", "pos_accepted"):
         np.testing.assert_array_equal(whole[key], small[key])
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+@pytest.mark.parametrize("kw", [dict(top_k=3), dict(top_p=0.5), dict(min_p=0.3)])
+def test_invalid_draft_is_reported_whatever_the_random_path(method, kw):
+    # Issue #12: a drafted token with q(x) = 0 after top-k/top-p/min-p was reported only when its position was
+    # visited; after a rejection (or with w = 0 in block verification) the row stopped looking.  Position 0 is
+    # rejected for sure (p(x) = 0), the invalid draft sits at position 2.
+    V = 16
+    rng = np.random.default_rng(1)
+    xt = rng.standard_normal((1, 4, V))
+    xd = rng.standard_normal((1, 3, V))
+    xt[0, 0, :] = -30.0
+    xt[0, 0, 5] = 30.0  # p_0 is (numerically) a point mass on token 5 ...
+    toks = np.array([[int(np.argmax(xd[0, 0])), int(np.argmax(xd[0, 1])), int(np.argmin(xd[0, 2]))]])
+    assert toks[0, 0] != 5  # ... so the first draft is rejected
+    for seed in range(12):
+        with pytest.raises(ValueError, match=r"draft_tokens\[0, 2\].*q = 0"):
+            verify_logits(xt, xd, toks, seed=seed, method=method, **kw)
+    ok = toks.copy()
+    ok[0, 2] = int(np.argmax(xd[0, 2]))  # the argmax survives every filter
+    verify_logits(xt, xd, ok, seed=0, method=method, **kw)
