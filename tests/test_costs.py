@@ -1,0 +1,66 @@
+"""Cost tables (the JSON schema of fastspec.costs) and the loop's cost model: validation and arithmetic."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastspec.costs import CostTable, LoopCost
+
+TABLE = {
+    "version": 1, "machine": "test", "threads": 2, "context_length": 50,
+    "target": {"forward_s": {"1": 0.020, "2": 0.021, "3": 0.022, "5": 0.025},
+               "forward_s_se": {"1": 0.001, "5": 0.002}},
+    "drafts": {"small": {"forward_s": {"1": 0.004, "2": 0.005}, "forward_s_se": {"1": 0.0002}},
+               "ngram": {"forward_s": {"1": 0.00002}, "one_call_per_step": True}},
+    "overhead_s": {"0": 0.0005, "1": 0.001, "2": 0.0012},
+}
+
+
+def test_round_trip_and_the_loop_arithmetic():
+    t = CostTable.from_json(json.dumps(TABLE))
+    assert CostTable.from_dict(t.as_dict()) == t
+    c = t.loop_cost("small")
+    assert c.plain_step_s() == pytest.approx(0.0205)
+    # k = 2: first draft forward (one token, or two with prob a), one more draft forward, target over 3, overhead(2)
+    assert c.step_s(2, 0.0) == pytest.approx(0.004 + 0.004 + 0.022 + 0.0012)
+    assert c.step_s(2, 1.0) == pytest.approx(0.005 + 0.004 + 0.022 + 0.0012)
+    assert c.speedup(1.8, 2, 0.5) == pytest.approx(1.8 * 0.0205 / (0.0045 + 0.004 + 0.022 + 0.0012))
+    # overhead beyond the measured k: the largest measured k; target forward must be measured
+    assert c.step_s(4, 0.0) == pytest.approx(4 * 0.004 + 0.025 + 0.0012)
+    with pytest.raises(ValueError, match="no target forward for n = 4"):
+        c.step_s(3)
+    # the n-gram proposer: one call per step, whatever k
+    g = t.loop_cost("ngram")
+    assert g.step_s(4, 0.3) == pytest.approx(0.00002 + 0.025 + 0.0012)
+    assert 0 < c.relative_se(4, 0.2) < 0.2
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda t: t.pop("target"), "'target' is missing"),
+    (lambda t: t["target"]["forward_s"].pop("1"), "needs n = 1"),
+    (lambda t: t["target"]["forward_s"].update({"x": 1.0}), "not an integer"),
+    (lambda t: t["target"]["forward_s"].update({"0": 1.0}), ">= 1"),
+    (lambda t: t["overhead_s"].update({"1": -1}), "seconds >= 0"),
+    (lambda t: t["overhead_s"].update({"1": float("nan")}), "finite"),
+    (lambda t: t.update({"bogus": 1}), "unknown key"),
+    (lambda t: t["drafts"]["small"].update({"speed": 2}), "unknown key"),
+    (lambda t: t.update({"version": 2}), "version"),
+    (lambda t: t["drafts"]["ngram"].update({"one_call_per_step": "yes"}), "true or false"),
+])
+def test_bad_tables_are_refused(mutate, match):
+    bad = json.loads(json.dumps(TABLE))
+    mutate(bad)
+    with pytest.raises(ValueError, match=match):
+        CostTable.from_dict(bad)
+
+
+def test_unknown_draft_and_bad_json():
+    t = CostTable.from_dict(TABLE)
+    with pytest.raises(ValueError, match="no draft named 'x'"):
+        t.loop_cost("x")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        CostTable.from_json("{")
+    with pytest.raises(ValueError, match="no such file"):
+        CostTable.from_file("/nonexistent/costs.json")
+    assert isinstance(t.loop_cost("small"), LoopCost)
