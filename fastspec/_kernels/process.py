@@ -260,3 +260,26 @@ def sample_rows(x, params, u, out):
         bsum = np.empty(nb)
         scratch = np.empty(V if needs_selection(V, top_k[r], top_p[r]) else 1)
         out[r] = sample_row(x[r], temperature[r], top_k[r], top_p[r], min_p[r], u[r], w, bsum, scratch)
+
+
+@parallel_kernel
+def probabilities_at(x, params, ids, out):
+    """out[r, j] = the processed probability of token ids[r, j] in row r of x [R, V] (0 where ids[r, j] < 0);
+    greedy rows: 1 for the argmax, else 0.  One max pass and one weight pass per row, no probability row kept."""
+    temperature, top_k, top_p, min_p = params
+    R, V = x.shape
+    nb = block_count(V)
+    for r in prange(R):
+        w = np.empty(V)
+        bsum = np.empty(nb)
+        scratch = np.empty(V if needs_selection(V, top_k[r], top_p[r]) else 1)
+        m = row_max(x[r])
+        if temperature[r] == 0.0:
+            amax = argmax_of(x[r], m)
+            for j in range(ids.shape[1]):
+                out[r, j] = 1.0 if ids[r, j] == amax else 0.0
+            continue
+        _, _, z, _ = processed_weights(x[r], m, temperature[r], top_k[r], top_p[r], min_p[r], scratch, w, bsum,
+                                       x[r, 0:0])
+        for j in range(ids.shape[1]):
+            out[r, j] = w[ids[r, j]] / z if ids[r, j] >= 0 else 0.0

@@ -126,3 +126,50 @@ def step_draft_uniforms(step_seeds_, kmax):
         for j in range(kmax):
             out[i, j] = position_uniform(step_seeds_[i], j, Stream.DRAFT)
     return out
+
+
+# columns of the per-sequence totals of the step-dependent DP [N, N_STEPWISE]
+SW_STEPS, SW_DRAFTED, SW_ACCEPTED, SW_PLAIN, SW_ALL_ACCEPTED, SW_TIME, SW_OFF_RECORD = range(7)
+N_STEPWISE = 7
+
+
+@parallel_kernel
+def expected_counts_stepwise(beta, num_draft, matches, lengths, k, step_cost, totals, per_pos):
+    """The trajectory DP when the acceptance of draft j depends on where its verify step starts (a proposer
+    whose drafts depend on the context, e.g. n-gram lookup): a step starting at t drafts
+    d = min(num_draft[n, t], k, L - 1 - t) tokens (d = 0: a plain target step), draft j is accepted with
+    probability beta[n, t, j] while the earlier ones were.  matches[n, t, j] = 1 when draft j equals the recorded
+    token (an accepted draft that does not leaves the recorded context: SW_OFF_RECORD counts them).
+    step_cost[d] is the cost of a step with d drafts (d = 0: plain); totals [N, N_STEPWISE] and per_pos [N, k]
+    (steps whose draft j was accepted) are written."""
+    for n in prange(beta.shape[0]):
+        L = lengths[n]
+        start = np.zeros(L + 1)
+        start[0] = 1.0
+        for c in range(N_STEPWISE):
+            totals[n, c] = 0.0
+        for j in range(k):
+            per_pos[n, j] = 0.0
+        for t in range(L):
+            P = start[t]
+            if P == 0.0:
+                continue
+            d = min(num_draft[n, t], k, L - 1 - t)
+            totals[n, SW_TIME] += P * step_cost[d]
+            if d <= 0:
+                totals[n, SW_PLAIN] += P
+                start[t + 1] += P
+                continue
+            totals[n, SW_STEPS] += P
+            totals[n, SW_DRAFTED] += P * d
+            c = 1.0
+            for j in range(d):
+                b = beta[n, t, j]
+                start[t + j + 1] += P * c * (1.0 - b)
+                c *= b
+                totals[n, SW_ACCEPTED] += P * c
+                per_pos[n, j] += P * c
+                if matches[n, t, j] == 0:
+                    totals[n, SW_OFF_RECORD] += P * c
+            totals[n, SW_ALL_ACCEPTED] += P * c
+            start[t + d + 1] += P * c

@@ -1,0 +1,142 @@
+"""The n-gram (prompt lookup) draft in the simulator: what lookup would buy, from a dump of the target alone.
+
+A dump records, per sequence, the prompt tokens, the generated tokens and the target's logits at every generated
+position.  For a proposer (:class:`fastspec.ngram.NgramProposer`) the replay is:
+
+* a verify step starting at generated position t proposes ``d = min(len(proposal), k, L - 1 - t)`` tokens from
+  the recorded context (prompt + generated tokens before t); ``d = 0`` is a plain target step (one token);
+* the proposal is deterministic, so q is one-hot: draft j is accepted with probability
+  ``beta[t, j] = p_{t+j}(x_{t,j})``, the processed target probability of the proposed token at position t + j, while
+  the earlier drafts were; the step emits the accepted drafts plus one token and the next step starts after them.
+
+The expected figures follow by dynamic programming over start positions (the acceptance of a draft depends on
+where its step started, unlike a model draft's alpha_t): exact, no Monte-Carlo.  Under greedy decoding (a greedy
+dump analysed at temperature 0) beta is 0 or 1 and the replay is exactly what the real loop does.  Under sampling
+it rests on the trajectory-replay assumption: after an accepted draft the context is the recorded one.  That holds
+whenever the accepted draft *is* the recorded token; ``off_record`` is the expected share of accepted drafts that
+are not (there the real loop would continue from another context) -- the size of the assumption's reach.
+
+Costs (:mod:`fastspec.costs`): a step costs the proposer's call + a target forward over d + 1 tokens + fastspec's
+overhead(d); plain decoding costs target(1) + overhead(0) per token.  The speed-up is plain time / expected time
+for the same tokens.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels.process import probabilities_at
+from .._kernels.replay import (N_STEPWISE, SW_ACCEPTED, SW_ALL_ACCEPTED, SW_DRAFTED, SW_OFF_RECORD, SW_PLAIN,
+                               SW_STEPS, SW_TIME, expected_counts_stepwise)
+from ..errors import InvalidInput
+from ..ngram import NgramProposer
+from ..processing import kernel_view
+from ..stats import ratio_ci
+
+__all__ = ["ngram_replay", "parse_ngram_draft", "NGRAM_ASSUMPTION"]
+
+NGRAM_ASSUMPTION = ("n-gram draft: proposals from the recorded prompt + generated tokens; draft j of a step is "
+                    "accepted with the recorded target probability of the proposed token (q one-hot); exact under "
+                    "greedy decoding, otherwise it assumes the context stays the recorded one after an accepted "
+                    "draft (off_record: the expected share of accepted drafts that differ from the recording)")
+
+
+def parse_ngram_draft(spec: str, k: int) -> NgramProposer | None:
+    """``"ngram"`` -> n in [1, 3]; ``"ngramA-B"`` or ``"ngram:A-B"`` -> n in [A, B]; anything else -> None."""
+    if not isinstance(spec, str) or not spec.startswith("ngram"):
+        return None
+    rest = spec[5:].lstrip(":")
+    if not rest:
+        return NgramProposer(k)
+    lo, sep, hi = rest.partition("-")
+    if not (sep and lo.isdigit() and hi.isdigit()):
+        raise InvalidInput(f"draft {spec!r}: write ngram or ngramMIN-MAX (e.g. ngram1-3)")
+    return NgramProposer(k, int(lo), int(hi))
+
+
+def _contexts(d):
+    """(prompt_tokens [N, P], prompt_lengths [N]) of the dump, or InvalidInput."""
+    pt = getattr(d, "prompt_tokens", None)
+    if pt is None or getattr(d, "tokens", None) is None:
+        raise InvalidInput(f"{d.path}: n-gram analysis needs the prompt and generated tokens (arrays "
+                           "'prompt_tokens', 'prompt_lengths' and 'tokens'); fastspec dump records them")
+    return pt, d.prompt_lengths
+
+
+def _proposals(d, proposer: NgramProposer, kmax: int):
+    """draft tokens [N, T, kmax] (-1 padded), num_draft [N, T], matches [N, T, kmax] along every sequence."""
+    pt, pl = _contexts(d)
+    N, T = d.N, d.T
+    drafts = np.full((N, T, kmax), -1, np.int64)
+    num = np.zeros((N, T), np.int64)
+    matches = np.zeros((N, T, kmax), np.int64)
+    sized = NgramProposer(kmax, proposer.min_n, proposer.max_n, proposer.occurrence)
+    for n in range(N):
+        L = int(d.lengths[n])
+        ctx = np.concatenate([pt[n, :pl[n]], d.tokens[n, :L]]).astype(np.int64)
+        p = sized.proposals_along(ctx, int(pl[n]))
+        drafts[n, :L] = p.draft_tokens[:L]
+        num[n, :L] = p.num_draft[:L]
+        rec = np.full(L + kmax, -2, np.int64)
+        rec[:L] = d.tokens[n, :L]
+        for j in range(kmax):
+            matches[n, :L, j] = drafts[n, :L, j] == rec[j:L + j]
+    return drafts, num, matches
+
+
+def _betas(d, drafts, num, sp):
+    """beta [N, T, kmax]: the processed target probability at position t + j of draft j proposed at t."""
+    N, T, kmax = drafts.shape
+    ids = np.full((N, T, kmax), -1, np.int64)  # ids[n, r, j]: draft j of the step that started at r - j
+    for j in range(kmax):
+        ids[:, j:, j] = np.where(j < num[:, :T - j], drafts[:, :T - j, j], -1)
+    probs = np.zeros((N * T, kmax))
+    flat = ids.reshape(N * T, kmax)
+    for ch in d.iter_chunks(drafts=()):
+        rows = slice(ch.start, ch.stop)
+        if ch.stop > ch.start:
+            probabilities_at(kernel_view(ch.target), sp.rows(ch.stop - ch.start), np.ascontiguousarray(flat[rows]),
+                             probs[rows])
+    probs = probs.reshape(N, T, kmax)
+    beta = np.zeros((N, T, kmax))
+    for j in range(kmax):
+        beta[:, :T - j, j] = probs[:, j:, j]
+    return beta
+
+
+def ngram_replay(d, proposer: NgramProposer, ks, sp, loop_cost=None) -> list[dict]:
+    """Expected figures of the n-gram draft for every k of ``ks`` (one dict per k; see the module docstring).
+
+    ``d``: an open dense dump with prompt and generated tokens; ``sp``: the SamplingParams analysed;
+    ``loop_cost``: a :class:`fastspec.costs.LoopCost` for the proposer (None: no speed-up)."""
+    if d.kind != "dense" and not sp.greedy:
+        raise InvalidInput(f"{d.path}: n-gram analysis of a sparse top-k dump needs temperature 0 (the proposed "
+                           "token's probability is not known from top-k lists)")
+    kmax = max(ks)
+    drafts, num, matches = _proposals(d, proposer, kmax)
+    beta = _betas(d, drafts, num, sp)
+    lengths = d.lengths.astype(np.int64)
+    out = []
+    for k in ks:
+        cost = np.ones(kmax + 1)
+        if loop_cost is not None:
+            cost = np.array([loop_cost.plain_step_s() if j == 0 else loop_cost.step_s(j) for j in range(kmax + 1)])
+            cost[0] += loop_cost.table.draft_forward_s[loop_cost.draft][1]  # the proposer runs before a plain step
+        totals = np.empty((d.N, N_STEPWISE))
+        per_pos = np.empty((d.N, k))
+        expected_counts_stepwise(beta, num, matches, lengths, k, cost, totals, per_pos)
+        tot = totals.sum(0)
+        steps, acc = tot[SW_STEPS], tot[SW_ACCEPTED]
+        res = {"draft": proposer.describe(), "k": k, "verify_steps": steps, "plain_steps": tot[SW_PLAIN],
+               "mean_acceptance_length_exact": 1.0 + acc / steps if steps > 0 else 1.0,
+               "draft_acceptance_rate_exact": acc / tot[SW_DRAFTED] if tot[SW_DRAFTED] > 0 else 0.0,
+               "per_position_acceptance_exact": (per_pos.sum(0) / steps if steps > 0 else np.zeros(k)).tolist(),
+               "tokens_per_target_forward": float(lengths.sum() / (steps + tot[SW_PLAIN])),
+               "p_all_accepted": tot[SW_ALL_ACCEPTED] / steps if steps > 0 else 0.0,
+               "off_record": tot[SW_OFF_RECORD] / acc if acc > 0 else 0.0, "speedup": None, "speedup_ci95": None}
+        if loop_cost is not None:
+            plain = loop_cost.plain_step_s()
+            est, _, half = ratio_ci(lengths * plain, totals[:, SW_TIME])
+            res["speedup"] = float(lengths.sum() * plain / tot[SW_TIME])
+            res["speedup_ci95"] = [float(est - half), float(est + half)] if np.isfinite(half) else None
+        out.append(res)
+    return out
