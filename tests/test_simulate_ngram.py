@@ -27,7 +27,7 @@ def _dump(seed, N=5, T=40, V=12, greedy=True):
             tokens[n, t] = int(np.argmax(logits[n, t])) if greedy else int(rng.choice(V, p=p / p.sum()))
     lengths = np.where(np.arange(N) % 2 == 0, T, T - 1 - np.arange(N))
 
-    def iter_chunks(drafts=()):
+    def iter_chunks(drafts=()):  # noqa: ARG001 - the Dump interface
         yield types.SimpleNamespace(start=0, stop=N * T, target=logits.reshape(N * T, V).astype(np.float32),
                                     drafts={})
 
