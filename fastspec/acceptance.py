@@ -54,7 +54,8 @@ def _alpha(P, Q, params, valid):
     out = np.empty(R)
     status = np.zeros(R, dtype=np.int8)
     if R:
-        alpha_rows(P, Q, params, valid, numba.get_num_threads(), out, status)
+        alpha_rows(P, Q, params, valid, numba.get_num_threads(), P.dtype == np.uint16 and Q.dtype == np.uint16, out,
+                   status)
     return out, status
 
 

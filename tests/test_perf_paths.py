@@ -162,7 +162,8 @@ def test_alpha_float16_read_as_it_is():
     t = np.array([1.0, 0.7, 2.0, 0.0, 1.0])
     a16 = acceptance_rates(P, Q, temperature=t)
     a32 = acceptance_rates(P.astype(np.float32), Q.astype(np.float32), temperature=t)
-    assert (a16 == a32).all()  # float16 widens exactly: the same bits as the float32 copy
+    # float16 rows take their weights from a table over the 65,536 float16 values, not an exp per token
+    np.testing.assert_allclose(a16, a32, rtol=0, atol=1e-14)
     x = P.astype(np.float64) / np.where(t > 0, t, 1)[:, None]
     y = Q.astype(np.float64) / np.where(t > 0, t, 1)[:, None]
     p = np.exp(x - x.max(-1, keepdims=True))
@@ -181,3 +182,20 @@ def test_alpha_threads_identical():
     assert (a == b).all()
     c = np.array([acceptance_rates(P[i], Q[i]) for i in range(7)])
     assert (a == c).all()
+
+
+def test_float16_table_refills_for_far_apart_rows():
+    # rows whose maxima lie thousands of logits apart (and per-row temperatures) make each thread refill its
+    # table: the result must not depend on which rows shared a table
+    rng = np.random.default_rng(9)
+    R, V = 6, 2000
+    P = rng.standard_normal((R, V)) * 3 + np.array([0, 3000, -3000, 0, 20000, 5])[:, None]
+    Q = P + rng.standard_normal((R, V))
+    t = np.array([1.0, 1.0, 0.5, 2.0, 1.0, 0.01])
+    a16 = acceptance_rates(P.astype(np.float16), Q.astype(np.float16), temperature=t)
+    ref = np.array([acceptance_rates(P[i].astype(np.float16).astype(np.float64),
+                                     Q[i].astype(np.float16).astype(np.float64), temperature=t[i]) for i in range(R)])
+    np.testing.assert_allclose(a16, ref, rtol=0, atol=1e-13)
+    one = np.array([acceptance_rates(P[i:i + 1].astype(np.float16), Q[i:i + 1].astype(np.float16),
+                                     temperature=t[i:i + 1])[0] for i in range(R)])
+    np.testing.assert_allclose(a16, one, rtol=0, atol=1e-15)

@@ -9,7 +9,8 @@
   patterns (Numba has no float16 arrays) and are widened by LLVM's half conversion (F16C, vectorized);
   float32/float64 values are widened or passed through.  :func:`narrow` widens float16 only to float32 (max
   passes run in the narrowest exact type: more lanes per vector).
-* :func:`i64_as_f64` / :func:`f64_as_i64` -- bit reinterpretation (no conversion).
+* :func:`i64_as_f64` / :func:`f64_as_i64` -- bit reinterpretation (no conversion); :func:`half_index` -- a
+  float16's bits as a table index.
 """
 from __future__ import annotations
 
@@ -101,3 +102,17 @@ def narrow(typingctx, x):
         sig = types.float64(x)
         return sig, lambda context, builder, signature, args: args[0]
     return _widen(typingctx, x, types.float32, ir.FloatType)
+
+
+@intrinsic
+def half_index(typingctx, x):
+    """The bit pattern of a float16 value (uint16) as a table index (int64); 0 for any other type (a row of
+    another dtype never reaches the table lookup, but its code must compile)."""
+    sig = types.int64(x)
+    if x == types.uint16:
+        def codegen(context, builder, signature, args):
+            return builder.zext(args[0], ir.IntType(64))
+    else:
+        def codegen(context, builder, signature, args):
+            return ir.Constant(ir.IntType(64), 0)
+    return sig, codegen
