@@ -2,11 +2,20 @@
 
 Peers: Hugging Face ``transformers.generation.utils._speculative_sampling`` (one
 sequence per call, looped over the batch, at 1 and 2 torch threads), a clean
-batched PyTorch CPU reference, a NumPy reference; the floor is one plain read
-pass over the same logits (a parallel Numba sum).  torch/transformers are an
-optional benchmark-only extra: missing peers are skipped with a note.
+batched PyTorch CPU reference, a NumPy reference.  Two floors: one plain read
+pass over the same logits (a parallel Numba sum), and one vectorized float64
+exp pass (fastspec's exp, stored) over the rows the verifier actually visited
+(their count is printed: per row, the positions up to the first rejection, target
+and draft).  torch/transformers are an optional benchmark-only extra: missing
+peers are skipped with a note.
 
-Usage: python benchmarks/bench_verify.py [--repeats 7] [--sizes all|small]
+Data: ``--data close`` (default: a draft close to the target, drafts sampled from
+it, several positions visited) or ``random`` (independent target and draft logits:
+the first draft is almost always rejected); ``--dtype float16`` passes float16
+logits as they are.
+
+Usage: python benchmarks/bench_verify.py [--repeats 7] [--sizes all|small] [--data close|random]
+       [--dtype float32|float16]
 """
 from __future__ import annotations
 
@@ -18,22 +27,23 @@ import sys
 # policy the idle one spin-waits and steals the CPU from the other, which distorts every row.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import print_table, time_interleaved  # noqa: E402
 
 import fastspec  # noqa: E402
-from fastspec._numba.jit import parallel_kernel, prange  # noqa: E402
+from fastspec._numba.fastexp import fexp  # noqa: E402
 
 SIZES = [(1, 4, 32000), (1, 4, 128256), (8, 4, 128256), (32, 4, 128256), (64, 8, 152064)]
 
 
-@parallel_kernel
+@numba.njit(parallel=True, fastmath={"reassoc", "nsz"})  # a floor, not a result: any summation order will do
 def read_pass(t, d):
     """Floor: read every logit once (sum per row, parallel over rows)."""
     s = np.zeros(t.shape[0])
-    for b in prange(t.shape[0]):
+    for b in numba.prange(t.shape[0]):
         acc = 0.0
         for i in range(t.shape[1]):
             for v in range(t.shape[2]):
@@ -43,6 +53,24 @@ def read_pass(t, d):
                 acc += d[b, i, v]
         s[b] = acc
     return s
+
+
+@numba.njit(parallel=True)
+def exp_pass(rows, out):
+    """Floor: fastspec's vectorized exp over ``rows`` [R, V] into ``out`` (parallel over rows)."""
+    for r in numba.prange(rows.shape[0]):
+        x = rows[r]
+        o = out[r]
+        m = np.float64(x[0])
+        for v in range(x.shape[0]):
+            o[v] = fexp(np.float64(x[v]) - m - 5.0)
+
+
+def visited_rows(res):
+    """Rows the token verifier reads past their max pass: target and draft rows of the positions up to the
+    first rejection (or the bonus position)."""
+    n = res.num_accepted + 1
+    return int((n + np.minimum(n, res.num_draft)).sum())
 
 
 def numpy_reference(t, d, toks, rng):
@@ -124,33 +152,55 @@ def make_torch_peers(t, d, toks):
     return peers
 
 
+def make_data(B, K, V, kind, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    t = rng.standard_normal((B, K + 1, V), dtype=np.float32) * 2
+    if kind == "random":
+        d = rng.standard_normal((B, K, V), dtype=np.float32) * 2
+    else:
+        d = (t[:, :K] + rng.standard_normal((B, K, V), dtype=np.float32)).astype(np.float32)
+    toks = fastspec.sample_tokens(d, rng.random((B, K)) * 0.999 + 1e-6)  # drafts sampled from q
+    return t.astype(dtype), d.astype(dtype), toks
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--sizes", default="all")
+    ap.add_argument("--data", choices=["close", "random"], default="close")
+    ap.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     args = ap.parse_args()
     sizes = SIZES if args.sizes == "all" else SIZES[:2]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"data {args.data}, dtype {args.dtype}, load average {load:.2f}, {os.cpu_count()} CPUs")
     rows = []
     for B, K, V in sizes:
         rng = np.random.default_rng(0)
-        t = rng.standard_normal((B, K + 1, V), dtype=np.float32) * 2
-        d = (t[:, :K] + rng.standard_normal((B, K, V), dtype=np.float32)).astype(np.float32)
-        toks = d.argmax(-1).astype(np.int64)  # plausible drafts with q(x) > 0
+        t, d, toks = make_data(B, K, V, args.data, args.dtype)
+        res0 = fastspec.verify_logits(t, d, toks, seed=1)
+        n_vis = visited_rows(res0)
+        vis = np.ascontiguousarray(np.concatenate([t.reshape(-1, V), d.reshape(-1, V)])[:n_vis].astype(np.float32))
+        vis_out = np.empty(vis.shape)
+        t32, d32 = t.astype(np.float32), d.astype(np.float32)
         fns = {
             "fastspec": lambda: fastspec.verify_logits(t, d, toks, seed=1),
-            "read floor": lambda: read_pass(t, d),
-            "numpy": lambda: numpy_reference(t, d, toks, rng),
+            "read floor": lambda: read_pass(t32, d32),
+            "exp floor": lambda: exp_pass(vis, vis_out),
+            "numpy": lambda: numpy_reference(t32, d32, toks, rng),
         }
-        fns.update(make_torch_peers(t, d, toks))
+        fns.update(make_torch_peers(t32, d32, toks))
         res = time_interleaved(fns, repeats=args.repeats, warmup=1)
         rows.append((f"B={B} K={K} V={V}", res))
-        print(f"B={B} K={K} V={V}: " + ", ".join(f"{k}={v * 1e3:.2f}ms" for k, v in res.items()), flush=True)
-    print_table("verify_logits, float32 logits", rows, subject="fastspec", floor="read floor")
-    peers = [n for n in rows[0][1] if n not in ("fastspec", "read floor")]
+        print(f"B={B} K={K} V={V}: {n_vis} rows visited; " + ", ".join(f"{k}={v * 1e3:.2f}ms" for k, v in res.items()),
+              flush=True)
+    print_table(f"verify_logits, {args.dtype} logits ({args.data} draft)", rows, subject="fastspec", floor="read floor")
+    peers = [n for n in rows[0][1] if n not in ("fastspec", "read floor", "exp floor")]
     for label, res in rows:
         best = min(res[n] for n in peers)
         print(f"{label}: fastest peer {best / res['fastspec']:.1f}x slower (target >= 3x); "
-              f"fastspec/floor {res['fastspec'] / res['read floor']:.2f}x")
+              f"fastspec/read floor {res['fastspec'] / res['read floor']:.2f}x; "
+              f"fastspec/exp over the visited rows {res['fastspec'] / res['exp floor']:.2f}x; "
+              f"latency {res['fastspec'] * 1e3:.3f} ms")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ logits must be finite or -inf with a finite value in every row (checked while th
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ from ._kernels.sample import block_count
 from .errors import InvalidInput, InvalidType
 from .methods import check_method
 from .params import per_row
-from ._numba.rng import row_seeds
+from ._numba.rng import row_seeds, seed_bits
 from .processing import kernel_view, logits_array, raise_bad_values
 
 __all__ = ["VerifyResult", "verify_logits", "verify_probs"]
@@ -132,12 +133,12 @@ def _bad_draft_error(b, i, tok, what, logit=None):
 def _finish(out, stats, nd, toks, names, arrays, what):
     """Raise the first error the kernels flagged (worded from the inputs), else build the result."""
     S = token_kernels
-    if stats[:, S.BAD_VALUES].any():
-        raise_bad_values(names[0], arrays[0])  # the target first, as a reader would check
-        if arrays[1] is not None:
-            raise_bad_values(names[1], arrays[1])
-        raise InvalidInput("logits must be finite or -inf (masked), with a finite value in every row")
-    if stats[:, S.BAD_DRAFT].any():
+    if stats[:, S.BAD_DRAFT:].any():  # one reduction when all is well
+        if stats[:, S.BAD_VALUES].any():
+            raise_bad_values(names[0], arrays[0])  # the target first, as a reader would check
+            if arrays[1] is not None:
+                raise_bad_values(names[1], arrays[1])
+            raise InvalidInput("logits must be finite or -inf (masked), with a finite value in every row")
         b = int(np.flatnonzero(stats[:, S.BAD_DRAFT])[0])
         i = int(stats[b, S.BAD_DRAFT]) - 1
         logit = None
@@ -168,19 +169,43 @@ def _buffers(n, V):
 
 def _run_token(xt, xd, has_draft, toks, nd, params, seeds, out, stats):
     B, _, V = xt.shape
-    nth = numba.get_num_threads()
-    if B >= 2 and nth > 1:
-        token_kernels.verify_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, out, stats,
+    seeds, derive = seeds
+    nth = numba.get_num_threads() if B >= 2 else 1
+    if nth > 1:
+        token_kernels.verify_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats,
                                          _buffers(min(nth, B), V))
     else:  # one row (or one thread): no parallel region, lowest latency
-        token_kernels.verify_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, out, stats, _buffers(1, V))
+        token_kernels.verify_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats,
+                                           _buffers(1, V))
 
 
 def _run_block(xt, xd, has_draft, toks, nd, params, seeds, out, stats):
+    seeds, derive = seeds
     if xt.shape[0] >= 2 and numba.get_num_threads() > 1:
-        block_kernels.block_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, out, stats)
+        block_kernels.block_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats)
     else:
-        block_kernels.block_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, out, stats)
+        block_kernels.block_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats)
+
+
+def _seeds(seed, B):
+    """(int64 seeds, derive): one scalar seed is derived per row inside the kernels (:func:`fastspec.row_seeds`'s
+    rule, without a separate call); per-row seeds are used as given."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
+        return np.array([seed_bits(seed)], dtype=np.int64), True
+    return row_seeds(seed, B), False
+
+
+@functools.lru_cache(maxsize=64)
+def _scalar_params(B, temperature, top_k, top_p, min_p):
+    return per_row(B, temperature, top_k, top_p, min_p)
+
+
+def _params(B, temperature, top_k, top_p, min_p):
+    """Per-row sampling arrays; repeated scalar configurations (a serving loop) reuse their validated arrays
+    (internal: the kernels never write them)."""
+    if all(type(v) in (int, float) for v in (temperature, top_k, top_p, min_p)):
+        return _scalar_params(B, temperature, top_k, top_p, min_p)
+    return per_row(B, temperature, top_k, top_p, min_p)
 
 
 # --------------------------------------------------------------------------------------------- public API
@@ -207,8 +232,8 @@ def verify_logits(target_logits, draft_logits, draft_tokens, *, num_draft=None, 
         xd = logits_array("draft_logits", draft_logits, ndim=3)
         _check_draft_shape("draft_logits", xd, B, K, V)
     toks, nd = _validate_tokens(draft_tokens, B, K, V, num_draft)
-    params = per_row(B, temperature, top_k, top_p, min_p)
-    seeds = row_seeds(seed, B)
+    params = _params(B, temperature, top_k, top_p, min_p)
+    seeds = _seeds(seed, B)
     kt = kernel_view(xt)
     kd = kernel_view(xd) if has_draft else kt[:, :0]  # one-hot: an empty draft array of the target's type
     out = np.full((B, K + 1), -1, dtype=np.int64)
@@ -259,7 +284,7 @@ def verify_probs(target_probs, draft_probs, draft_tokens, *, num_draft=None, see
         pd = validate_probs("draft_probs", draft_probs, 3)
         _check_draft_shape("draft_probs", pd, B, K, V)
     toks, nd = _validate_tokens(draft_tokens, B, K, V, num_draft)
-    seeds = row_seeds(seed, B)
+    seeds, derive = _seeds(seed, B)
     if has_draft and K > 0:
         qx = np.take_along_axis(pd, toks[:, :, None], axis=2)[:, :, 0]
         bad = (np.arange(K)[None, :] < nd[:, None]) & (qx == 0)
@@ -271,7 +296,7 @@ def verify_probs(target_probs, draft_probs, draft_tokens, *, num_draft=None, see
     stats = np.zeros((B, token_kernels.N_STATS), dtype=np.int64)
     if B:
         if method == "block":
-            block_kernels.block_probs_rows(pt, pd, has_draft, toks, nd, seeds, out, stats)
+            block_kernels.block_probs_rows(pt, pd, has_draft, toks, nd, seeds, derive, out, stats)
         else:
-            token_kernels.verify_probs_rows(pt, pd, has_draft, toks, nd, seeds, out, stats)
+            token_kernels.verify_probs_rows(pt, pd, has_draft, toks, nd, seeds, derive, out, stats)
     return _finish(out, stats, nd, toks, ("target_probs", "draft_probs"), (pt, None), "draft probabilities")

@@ -22,7 +22,7 @@ from ..config import BLOCK
 from .rows import ROW_OK, argmax_of, row_max, status
 from .sample import NO_EXCLUDED, block_count, block_sums, block_weights, pick_block, row_weights, sample, scan_block
 from .process import visit_row
-from .token import ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, TARGET_ROWS, UNDERFLOWS, validate_rest
+from .token import ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, TARGET_ROWS, UNDERFLOWS, row_seed, validate_rest
 
 # columns of prm [K+1, N_PRM]: the processing of position i's target and draft rows, and the residual's scales
 P_MAX, P_INV_T, P_THR, Q_MAX, Q_INV_T, Q_THR, RES_A, RES_B = range(8)
@@ -147,7 +147,7 @@ def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, see
 
 
 @kernel
-def _block_row(xt, xd, has_draft, toks, nd, params, seeds, out, stats, b):
+def _block_row(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, b):
     temp, top_k, top_p, min_p = params
     K1, V = xt.shape[1], xt.shape[2]
     nb = block_count(V)
@@ -159,20 +159,20 @@ def _block_row(xt, xd, has_draft, toks, nd, params, seeds, out, stats, b):
     zqb = np.empty(nb)
     tp = np.empty(BLOCK)
     tq = np.empty(BLOCK)
-    verify_row_block(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b], seeds[b],
-                     out[b], stats[b], rsum, prm, ep, eq, zpb, zqb, tp, tq)
+    verify_row_block(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
+                     row_seed(seeds, derive, b), out[b], stats[b], rsum, prm, ep, eq, zpb, zqb, tp, tq)
 
 
 @parallel_kernel
-def block_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, out, stats):
+def block_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats):
     for b in prange(xt.shape[0]):
-        _block_row(xt, xd, has_draft, toks, nd, params, seeds, out, stats, b)
+        _block_row(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, b)
 
 
 @kernel
-def block_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, out, stats):
+def block_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats):
     for b in range(xt.shape[0]):
-        _block_row(xt, xd, has_draft, toks, nd, params, seeds, out, stats, b)
+        _block_row(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, b)
 
 
 # --------------------------------------------------------------------------------------------- probabilities
@@ -213,7 +213,7 @@ def verify_row_block_probs(pt, pd, has_draft, toks, nd, seed, out, stats, rsum, 
 
 
 @parallel_kernel
-def block_probs_rows(pt, pd, has_draft, toks, nd, seeds, out, stats):
+def block_probs_rows(pt, pd, has_draft, toks, nd, seeds, derive, out, stats):
     B, K1, V = pt.shape
     nb = block_count(V)
     for b in prange(B):
@@ -221,5 +221,5 @@ def block_probs_rows(pt, pd, has_draft, toks, nd, seeds, out, stats):
         ws = np.empty(K1)
         bsum = np.empty(nb)
         tmp = np.empty(BLOCK)
-        verify_row_block_probs(pt[b], pd[b], has_draft, toks[b], nd[b], seeds[b], out[b], stats[b], rsum, ws,
-                               bsum, tmp)
+        verify_row_block_probs(pt[b], pd[b], has_draft, toks[b], nd[b], row_seed(seeds, derive, b), out[b],
+                               stats[b], rsum, ws, bsum, tmp)

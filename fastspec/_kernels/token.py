@@ -20,7 +20,7 @@ import numpy as np
 from .._numba.intrinsics import to_f64
 from .._numba.fastexp import fexp
 from .._numba.jit import kernel, parallel_kernel, prange
-from .._numba.rng import Stream, position_uniform
+from .._numba.rng import Stream, derive_row_seed, position_uniform
 from ..config import BLOCK
 from .process import processed_weights, row_cutoff
 from .rows import ROW_OK, argmax_of, row_max, status
@@ -175,26 +175,33 @@ def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, se
     validate_rest(xt, xd, has_draft, toks, nd, t0, d_ok, md_next, temp, top_k, top_p, min_p, wq, stats)
 
 
+@kernel
+def row_seed(seeds, derive, b):
+    """Row b's seed: derived from the one seed of the batch (``derive``, :func:`fastspec.row_seeds`'s rule) or
+    given per row."""
+    return derive_row_seed(seeds[0], b) if derive else seeds[b]
+
+
 @parallel_kernel
-def verify_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, out, stats, buffers):
+def verify_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, buffers):
     """Rows in parallel: thread chunk c takes rows c, c + n, ... (n = len(buffers)) with work buffer
-    buffers[c]; results do not depend on which thread runs a row."""
+    buffers[c]; results do not depend on which thread runs a row.  Seeds: see :func:`row_seed`."""
     temp, top_k, top_p, min_p = params
     B = xt.shape[0]
     n = buffers.shape[0]
     for c in prange(n):
         for b in range(c, B, n):
             verify_row_logits(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
-                              seeds[b], out[b], stats[b], buffers[c])
+                              row_seed(seeds, derive, b), out[b], stats[b], buffers[c])
 
 
 @kernel
-def verify_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, out, stats, buffers):
+def verify_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, buffers):
     """The same, rows one after the other with buffers[0] (no parallel region: lowest latency for few rows)."""
     temp, top_k, top_p, min_p = params
     for b in range(xt.shape[0]):
         verify_row_logits(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
-                          seeds[b], out[b], stats[b], buffers[0])
+                          row_seed(seeds, derive, b), out[b], stats[b], buffers[0])
 
 
 # --------------------------------------------------------------------------------------------- probabilities
@@ -230,9 +237,10 @@ def verify_row_probs(pt, pd, has_draft, toks, nd, seed, out, stats, bsum, tmp):
 
 
 @parallel_kernel
-def verify_probs_rows(pt, pd, has_draft, toks, nd, seeds, out, stats):
+def verify_probs_rows(pt, pd, has_draft, toks, nd, seeds, derive, out, stats):
     nb = block_count(pt.shape[2])
     for b in prange(pt.shape[0]):
         bsum = np.empty(nb)
         tmp = np.empty(BLOCK)
-        verify_row_probs(pt[b], pd[b], has_draft, toks[b], nd[b], seeds[b], out[b], stats[b], bsum, tmp)
+        verify_row_probs(pt[b], pd[b], has_draft, toks[b], nd[b], row_seed(seeds, derive, b), out[b], stats[b],
+                         bsum, tmp)
