@@ -3,9 +3,9 @@
 Dense rows (float16 as uint16 bits, float32, float64) are processed with the same primitives as
 verification: the max pass (also the validity check), the cutoff of top-k/top-p/min-p, the stored weights
 with fixed-order block sums, then a fixed-order sum of ``min(ep/zp, eq/zq)`` over the stored weights (no
-exponential, :func:`fastspec._numba.lanes.lane_min_sum`).  float16 rows take their weights from a table over the
-65,536 float16 values instead of an exponential per token (:mod:`fastspec._kernels.half`).  The formulas of the sparse bounds are derived in
-:mod:`fastspec.acceptance`.
+exponential, :func:`fastspec._numba.lanes.lane_min_sum`).  float16 rows take their weights from a table over
+the 65,536 float16 values instead of an exponential per token (:mod:`fastspec._kernels.half`).  The formulas of
+the sparse bounds are derived in :mod:`fastspec.acceptance`.
 """
 from __future__ import annotations
 
