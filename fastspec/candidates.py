@@ -267,7 +267,7 @@ def candidate_acceptance(p, q, w, *, sampling="iid", draft_logits=None):
         return out
     key = q
     if draft_logits is not None:
-        key = validate_logits("draft_logits", draft_logits, ndim=2).astype(np.float64)
+        key = validate_logits("draft_logits", draft_logits, ndim=2)  # any float dtype: only its order matters
         if key.shape != p.shape:
             raise InvalidInput(f"draft_logits {list(key.shape)} must have the shape of p {list(p.shape)}")
     w = min(w, p.shape[1])
