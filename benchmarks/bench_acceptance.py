@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import print_table, time_interleaved  # noqa: E402
 
 from fastspec import acceptance_rates  # noqa: E402
-from fastspec._jit import parallel_kernel, prange  # noqa: E402
+from fastspec._numba.jit import parallel_kernel, prange  # noqa: E402
 
 BLOCK = 256
 
