@@ -1,0 +1,191 @@
+"""Speed-up from the simulator's tokens per verify step: the pricing of a step, its interval, the best choice.
+
+Two ways to price a step, one interface (:class:`Pricing`):
+
+* **measured seconds** (:class:`TablePricing`): a :class:`fastspec.costs.CostTable` recorded in the dump by
+  ``fastspec dump``, written by ``fastspec cost`` or by hand (``--costs FILE``).  The cost model is the real
+  loop's (:class:`fastspec.costs.LoopCost`): speed-up = tokens per step x plain step time / step(k).
+* **relative units** (:class:`FlagPricing`): ``--draft-cost c`` / ``--verify-cost`` (one target forward = 1),
+  speed-up = tokens per step / (k c + verify(k)).  Flags override a recorded table.
+
+Interval.  The speed-up S = m x plain / step(k) has two independent sources of uncertainty: the mean acceptance
+length m over the recorded sequences (a ratio of totals with the sequences as clusters,
+:func:`fastspec.stats.ratio_ci`) and the measured times (the table's standard errors, delta method).  Relative
+half-widths add in quadrature: ``h_S / S = sqrt((h_m / m)^2 + (1.96 r_c)^2)`` with r_c the relative standard
+error of step(k) / plain.  Monte-Carlo error is not included: the exact expectation replaces the estimate.
+"""
+from __future__ import annotations
+
+import math
+
+from ..costs import CostTable
+from ..errors import InvalidInput
+from ..stats import ratio_ci
+
+__all__ = ["Pricing", "FlagPricing", "TablePricing", "over_sequences", "speedup_interval", "best_overall",
+           "verdict", "Z95"]
+
+Z95 = 1.959963984540054
+
+
+class Pricing:
+    """How one simulation prices a verify step (module docstring)."""
+
+    source = "none"  # "flags", "dump" or "file"
+
+    def covers(self, draft: str) -> bool:
+        return True
+
+    def speedup(self, draft: str, m: float, k: int, p_all_accepted: float = 0.0) -> float | None:
+        raise NotImplementedError
+
+    def tree_speedup(self, draft: str, m: float, k: int, w: int) -> float | None:
+        """w candidates per depth: k draft forwards, one target forward over k w + 1 positions."""
+        raise NotImplementedError
+
+    def relative_se(self, draft: str, k: int, p_all_accepted: float = 0.0) -> float:
+        return 0.0
+
+    def describe(self) -> dict:
+        raise NotImplementedError
+
+
+class FlagPricing(Pricing):
+    """Relative costs from ``draft_cost`` / ``verify_cost`` (a :class:`fastspec.simulate.CostModel`)."""
+
+    source = "flags"
+
+    def __init__(self, model):
+        self.model = model
+
+    def speedup(self, draft, m, k, p_all_accepted=0.0):
+        return self.model.speedup(m, k)
+
+    def tree_speedup(self, draft, m, k, w):
+        try:
+            return m / (k * self.model.draft_cost + self.model.verify(k * w))
+        except InvalidInput:  # a verify-cost table without k*w
+            return None
+
+    def describe(self):
+        return {"source": "flags", "draft_cost": self.model.draft_cost, "verify_cost": self.model.verify.describe()}
+
+
+class TablePricing(Pricing):
+    """Measured seconds from a :class:`fastspec.costs.CostTable` (``source``: "dump" or "file")."""
+
+    def __init__(self, table: CostTable, source: str):
+        self.table = table
+        self.source = source
+
+    def covers(self, draft):
+        return draft in self.table.draft_forward_s
+
+    def _loop(self, draft):
+        return self.table.loop_cost(draft) if self.covers(draft) else None
+
+    def speedup(self, draft, m, k, p_all_accepted=0.0):
+        loop = self._loop(draft)
+        if loop is None:
+            return None
+        try:
+            return loop.speedup(m, k, p_all_accepted)
+        except InvalidInput:  # the table does not reach k + 1 target positions
+            return None
+
+    def tree_speedup(self, draft, m, k, w):
+        loop = self._loop(draft)
+        if loop is None:
+            return None
+        t = self.table
+        n = k * w + 1
+        if n not in t.target_forward_s:
+            return None
+        d1 = t.draft_forward_s[draft][1]
+        drafting = d1 if draft in t.one_call else k * d1
+        over = t.overhead_s.get(k, t.overhead_s[max(t.overhead_s)])
+        return m * loop.plain_step_s() / (drafting + t.target_forward_s[n] + over)
+
+    def relative_se(self, draft, k, p_all_accepted=0.0):
+        loop = self._loop(draft)
+        if loop is None:
+            return 0.0
+        try:
+            return loop.relative_se(k, p_all_accepted)
+        except InvalidInput:
+            return 0.0
+
+    def missing_k(self, ks) -> list[int]:
+        """The k whose verify forward (k + 1 target positions) the table lacks."""
+        return [k for k in ks if k + 1 not in self.table.target_forward_s]
+
+    def describe(self):
+        return {"source": self.source, **self.table.info, "plain_step_s": self.table.target_forward_s[1]
+                + self.table.overhead_s.get(0, self.table.overhead_s[min(self.table.overhead_s)])}
+
+
+def over_sequences(stats) -> tuple[float, float, float]:
+    """(m, se, ci95 half-width) of the mean acceptance length with the recorded sequences as clusters, from a
+    :class:`fastspec.analysis.SpecStats` (tokens per sequence = accepted + steps)."""
+    steps = stats.per_sequence_steps
+    return ratio_ci(stats.per_sequence_accepted + steps, steps)
+
+
+def speedup_interval(s: float | None, m: float, m_half: float, cost_rel_se: float) -> tuple[float, float] | None:
+    """The 95% interval of a speed-up ``s`` predicted from mean acceptance length ``m`` (half-width ``m_half``
+    over sequences) and step costs with relative standard error ``cost_rel_se`` (module docstring)."""
+    if s is None or not (m > 0) or not math.isfinite(m_half):
+        return None
+    rel = math.sqrt((m_half / m) ** 2 + (Z95 * cost_rel_se) ** 2)
+    return (s * (1.0 - rel), s * (1.0 + rel))
+
+
+def best_overall(results) -> dict | None:
+    """The (draft, k, variant) with the highest predicted speed-up over every row that has one (sparse dumps:
+    the lower bound, the conservative choice); None when no row is priced."""
+    best, key = None, None
+    for r in results:
+        s = r.speedup if r.speedup is not None else r.speedup_lower
+        if s is None:
+            continue
+        cand = (s, -r.k, -r.candidates)
+        if key is None or cand > key:
+            best, key = r, cand
+    if best is None:
+        return None
+    exact = best.speedup is not None
+    return {"draft": best.draft, "k": best.k, "verify": best.verify, "candidates": best.candidates,
+            "speedup": best.speedup if exact else None,
+            "speedup_lower": None if exact else best.speedup_lower,
+            "speedup_upper": None if exact else best.speedup_upper,
+            "speedup_ci95": list(best.speedup_ci95) if best.speedup_ci95 is not None else None}
+
+
+def verdict(best: dict | None, pricing: Pricing | None) -> str:
+    """One plain sentence: what the best draft buys, with the interval's verdict."""
+    if pricing is None:
+        return ("speed-up not computed: the dump records no costs; measure them with `fastspec cost`, or give "
+                "--costs FILE or --draft-cost/--verify-cost")
+    if best is None:
+        return "speed-up not computed: the cost table covers none of the simulated drafts at these k"
+    where = "on the recorded machine" if pricing.source in ("dump", "file") else "under the given relative costs"
+    variant = ""
+    if best["verify"] != "token":
+        variant = f", {best['verify']} verification"
+    elif best["candidates"] > 1:
+        variant = f", {best['candidates']} candidates"
+    ci = best.get("speedup_ci95")
+    if best["speedup"] is not None:
+        s = best["speedup"]
+        lo, hi = ci if ci is not None else (s, s)
+        shown = f"{s:.2f}x" + (f" (95% interval {lo:.2f}-{hi:.2f})" if ci is not None else "")
+    else:
+        lo, hi = best["speedup_lower"], best["speedup_upper"]
+        shown = f"{lo:.2f}x-{hi:.2f}x (bounds from a sparse dump)"
+    if lo > 1.0:
+        what = "faster than plain decoding"
+    elif hi < 1.0:
+        what = "slower than plain decoding"
+    else:
+        what = "not distinguishable from plain decoding"
+    return f"best: {best['draft']} at k = {best['k']}{variant}, {shown} -- {what} {where}"
