@@ -64,7 +64,26 @@ def option_errors(flag: str):
     try:
         yield
     except (InvalidInput, InvalidType) as exc:
-        fail(f"{flag}: {exc}")
+        fail(flag_message(flag, str(exc)))
+
+
+def flag_message(flag: str, message: str) -> str:
+    """A library message about an argument, told about the flag: "top_p = 2 is invalid: ..." (the library's
+    name of ``--top-p``) becomes "--top-p 2 is invalid: ..."; any other message is prefixed with the flag."""
+    name = flag.lstrip("-").replace("-", "_")
+    for lead in (f"{name} = ", f"{name} "):
+        if message.startswith(lead):
+            return f"{flag} {message[len(lead):]}"
+    return f"{flag}: {message}"
+
+
+def check_seed(seed: int) -> int:
+    """--seed as the library takes it (an integer in [-2**63, 2**64)), checked before any work."""
+    from fastspec._numba.rng import seed_bits
+
+    with option_errors("--seed"):
+        seed_bits(seed)
+    return seed
 
 
 def parse_k(text: str) -> list[int]:

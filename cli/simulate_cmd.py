@@ -7,10 +7,10 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
+from ._common import EXIT_RUNTIME, fail, print_json, progress_bar, stderr_console, stdout_console
 from ._dask import open_scheduler
-from ._options import (check_sampling, dump_argument, json_option, k_option, min_p_option, option_errors, parse_k,
-                       scheduler_option, seed_option, temperature_option, top_k_option, top_p_option)
+from ._options import (check_sampling, check_seed, dump_argument, json_option, k_option, min_p_option, option_errors,
+                       parse_k, scheduler_option, seed_option, temperature_option, top_k_option, top_p_option)
 from .main import app
 
 
@@ -25,15 +25,17 @@ def simulate_command(
     dump: str = dump_argument(),
     k: str = k_option(),
     draft: Optional[List[str]] = typer.Option(None, "--draft", metavar="NAME", help="Simulate only this draft of the "
-                                              "dump (repeatable); default: every draft."),
+                                              "dump (repeatable; a repeated name counts once); default: every draft."),
     temperature: Optional[float] = temperature_option(),
     top_k: Optional[int] = top_k_option(),
     top_p: Optional[float] = top_p_option(),
     min_p: Optional[float] = min_p_option(),
     mode: str = typer.Option("bernoulli", "--mode", metavar="MODE", help="bernoulli (replay recorded alpha_t) or "
                              "token (real tokens through fastspec's verifier)."),
-    trials: Optional[int] = typer.Option(None, "--trials", metavar="N", help="Replays per sequence (default 200 "
-                                         "bernoulli, 4 token)."),
+    trials: Optional[int] = typer.Option(None, "--trials", metavar="N", help="Replays per sequence, 2 to 10000000 "
+                                         "(default 200 bernoulli, 20 token), split into 20 batches for the 95% CI (2 "
+                                         "trials at least: two batches); memory does not grow with N, time does "
+                                         "(progress bar on a terminal)."),
     seed: int = seed_option(),
     draft_cost: Optional[float] = typer.Option(None, "--draft-cost", metavar="C", help="One draft forward relative "
                                                "to one target forward (c)."),
@@ -50,15 +52,17 @@ def simulate_command(
                                            "are proposed: iid (drawn from the draft) or deterministic (top-w draft "
                                            "logits)."),
     block_trials: Optional[int] = typer.Option(None, "--block-trials", metavar="N", help="Replays per sequence for "
-                                               "block verification (real tokens through the kernel; default 10)."),
+                                               "block verification (real tokens through the kernel), 2 to 10000000; "
+                                               "default 10."),
     as_json: bool = json_option(),
-    plot: Optional[str] = typer.Option(None, "--plot", metavar="PNG", help="Write a PNG: tokens per step and "
-                                       "speed-up vs k, and per-position acceptance (needs matplotlib: pip install "
+    plot: Optional[str] = typer.Option(None, "--plot", metavar="PNG", help="Write a PNG (.png is appended when "
+                                       "missing; the path is checked before computing): tokens per step and speed-up "
+                                       "vs k, and per-position acceptance (needs matplotlib: pip install "
                                        "'fastspec[plot]')."),
     scheduler: Optional[str] = scheduler_option(),
 ) -> None:
     """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
-    from fastspec.simulate import VerifyCost, simulate
+    from fastspec.simulate import AGREEMENT_FALSE_ALARM, VerifyCost, simulate
     from fastspec.simulate.config import block_trials as check_block_trials, check_mode, check_trials, variants
 
     ks = parse_k(k)
@@ -67,10 +71,14 @@ def simulate_command(
         check_mode(mode)
     with option_errors("--trials"):
         check_trials(trials, mode)
-    with option_errors("--block-trials"):
+    with option_errors("--block-trials"):  # checked whether or not --verify has block
         check_block_trials(block_trials, 1)
-    with option_errors("--verify/--candidates/--candidate-sampling"):
-        variants(verify, candidates, candidate_sampling)
+    for flag, args in (("--verify", (verify, "1", "iid")), ("--candidates", ("token", candidates, "iid")),
+                       ("--candidate-sampling", ("token", "1", candidate_sampling)),
+                       ("--verify/--candidates", (verify, candidates, candidate_sampling))):
+        with option_errors(flag):
+            variants(*args)
+    check_seed(seed)
     with option_errors("--verify-cost"):
         VerifyCost.parse(verify_cost)
     if draft_cost is not None and not (draft_cost >= 0 and draft_cost < float("inf")):
@@ -93,21 +101,41 @@ def simulate_command(
         if stop is not None:
             stop()
 
-    if plot is not None:
-        _plot(res, plot, plt)
+    # the results first: a plot that cannot be written after all never costs them
     if as_json:
         print_json(res.as_dict())
     else:
-        _print_human(res, plot)
+        _print_human(res)
     for r in res.disagreements:
-        typer.echo(f"fastspec: WARNING: draft {r.draft!r} k={r.k}: the Monte-Carlo estimate disagrees with the exact "
-                   f"expectation (z = {r.mc_vs_exact_z:.2f}) or the token-mode acceptance check failed: a bug or "
-                   f"too few trials", err=True)
+        typer.echo(f"fastspec: WARNING: draft {r.draft!r} k={r.k}: {_disagreement(r)}; a correct replay fails such "
+                   f"a check with probability {AGREEMENT_FALSE_ALARM:g}: likely a bug", err=True)
+    if plot is not None:
+        try:
+            _plot(res, plot, plt)
+        except (OSError, ValueError, RuntimeError) as exc:
+            fail(f"--plot {plot}: the plot could not be written ({exc})", EXIT_RUNTIME)
+        if as_json:
+            typer.echo(f"fastspec: plot written to {plot}", err=True)
+        else:
+            stdout_console().print(f"plot written to {plot}")
+
+
+def _disagreement(r) -> str:
+    what = []
+    if r.mc_agrees_with_exact is False:
+        what.append(f"the Monte-Carlo estimate disagrees with the exact expectation (|z| = {abs(r.mc_vs_exact_z):.2f} "
+                    f"> {r.mc_vs_exact_threshold:.2f})")
+    tc = r.token_check
+    if tc is not None and not tc["passed"]:
+        what.append(f"the token-mode acceptance frequency disagrees with alpha over the judged positions "
+                    f"(|z| = {abs(tc['z']):.2f} > {tc['threshold']:.2f})")
+    return " and ".join(what)
 
 
 def _plot_target(path: str):
-    """(pyplot, the PNG path that will be written), checked before any computation: matplotlib is there, the
-    directory exists and the file can be written."""
+    """(pyplot, the PNG path that will be written: ``path`` with .png appended when missing), checked before any
+    computation: matplotlib is there, the directory exists, and the file can be opened for writing (an existing
+    file is left as it is, a new one is removed again)."""
     try:
         import matplotlib
 
@@ -119,9 +147,18 @@ def _plot_target(path: str):
         path += ".png"
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        fail(f"--plot {path}: the directory {folder} does not exist")
-    if os.path.isdir(path) or not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        fail(f"--plot {path}: cannot write a file there")
+        fail(f"--plot {path}: the directory {folder} " + ("is not a directory" if os.path.exists(folder) else
+                                                          "does not exist"))
+    existed = os.path.lexists(path)
+    if existed and not os.path.isfile(path):
+        fail(f"--plot {path}: exists and is not a regular file")
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        fail(f"--plot {path}: cannot write a file there ({exc.strerror or exc})")
+    if not existed:
+        os.remove(path)
     return plt, path
 
 
@@ -131,7 +168,7 @@ def _variant_label(r) -> str:
     return "token" if r.candidates == 1 else f"token w={r.candidates} {r.candidate_sampling}"
 
 
-def _print_human(res, plot) -> None:
+def _print_human(res) -> None:
     out = stdout_console()
     cfg = res.config
     sparse = cfg["dump_kind"] == "sparse"
@@ -159,7 +196,7 @@ def _print_human(res, plot) -> None:
         else:
             flag = " !" if r.mc_agrees_with_exact is False else ""
             row = [r.draft, f"{r.k}{mark}", _fmt(r.alpha), _fmt(r.mean_acceptance_length) + flag,
-                   f"{_fmt(r.ci95[0])}-{_fmt(r.ci95[1])}",
+                   "n/a" if r.ci95 is None else f"{_fmt(r.ci95[0])}-{_fmt(r.ci95[1])}",
                    _fmt(r.mean_acceptance_length_exact) if r.exact_reason is None else "n/a (MC only)",
                    _fmt(r.draft_acceptance_rate)]
             if has_cost:
@@ -202,8 +239,6 @@ def _print_human(res, plot) -> None:
         out.print(f"  - {a}")
     for w in res.warnings:
         out.print(f"warning: {w}", style="bold yellow")
-    if plot:
-        out.print(f"plot written to {plot}")
 
 
 def _plot(res, path, plt) -> None:
@@ -220,8 +255,8 @@ def _plot(res, path, plt) -> None:
             axes[0].fill_between(ks, lo, hi, alpha=0.3, label=name)
         else:
             y = [r.mean_acceptance_length for r in rows]
-            err = [[r.mean_acceptance_length - r.ci95[0] for r in rows],
-                   [r.ci95[1] - r.mean_acceptance_length for r in rows]]
+            err = [[r.mean_acceptance_length - r.ci95[0] if r.ci95 else 0.0 for r in rows],
+                   [r.ci95[1] - r.mean_acceptance_length if r.ci95 else 0.0 for r in rows]]
             axes[0].errorbar(ks, y, yerr=err, marker="o", capsize=3, label=name)
             longest = rows[-1]
             axes[1].plot(range(1, longest.k + 1), longest.per_position_acceptance, marker="o",

@@ -24,18 +24,28 @@ LOGPROB_SUM_TOLERANCE = 1e-3
 # ---- analysis and simulation
 #: largest draft length k anywhere (simulate, inspect, the DP, the real loop)
 MAX_K = 256
-#: Monte-Carlo replays per sequence
+#: Monte-Carlo replays per sequence (also block-verification replays).  At least 2: the interval needs two
+#: batches.  The cap bounds run time, not memory: every replay keeps its scratch O(chunk) whatever the count.
 MIN_TRIALS, MAX_TRIALS = 2, 10 ** 7
-DEFAULT_TRIALS = {"bernoulli": 200, "token": 4}
-#: batch means: trials are split into this many independent batches for the Monte-Carlo interval
+#: token mode: 20 trials (20 batches of one) give the agreement checks 19 degrees of freedom, enough to flag a
+#: replay that under-accepts by 3% on the 12 sequences of data/synthetic_pair.npz (tests/test_simulate_check.py)
+DEFAULT_TRIALS = {"bernoulli": 200, "token": 20}
+#: batch means: trials are split into this many independent batches for the Monte-Carlo interval (at most
+#: MAX_BATCHES: the Bernoulli replay keeps counters per batch and row)
 DEFAULT_BATCHES = 20
-#: |MC - exact| / standard error above this is reported as a disagreement (see fastspec.simulate)
-AGREEMENT_Z = 4.0
-#: Bernoulli replay scratch counters per block of rows
+MAX_BATCHES = 1000
+#: false-alarm probability of each Monte-Carlo agreement check (two-sided): |MC - exact| / standard error is
+#: judged against Student's t with batches - 1 degrees of freedom, the token-mode acceptance check against the
+#: normal, at this probability (see fastspec.simulate)
+AGREEMENT_FALSE_ALARM = 1e-4
+#: Bernoulli replay scratch counters per block of rows, and position-trials per block (a progress tick each)
 REPLAY_SCRATCH_BYTES = 32 << 20
-#: token-mode replay: rows per verify call, and bytes of logits gathered per chunk of sequences
+REPLAY_BLOCK_WORK = 1 << 26
+#: token-mode replay: rows per verify call, bytes of logits gathered per chunk of sequences, and (sequence,
+#: trial) replays advanced in lockstep at a time (scratch is O(lanes), whatever the number of trials)
 TOKEN_REPLAY_ROWS = 64
 TOKEN_REPLAY_CHUNK_BYTES = 64 << 20
+TOKEN_REPLAY_LANES = 1 << 15
 #: candidates per drafted position in the simulator
 MAX_CANDIDATES = 64
 #: block-verification replays per sequence (default)

@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import InvalidInput, InvalidType
 
-__all__ = ["SamplingParams", "RowParams", "per_row", "MIN_TEMPERATURE", "NAMES"]
+__all__ = ["SamplingParams", "RowParams", "per_row", "MIN_TEMPERATURE", "NAMES", "format_value"]
 
 MIN_TEMPERATURE = 1e-300
 NAMES = ("temperature", "top_k", "top_p", "min_p")
@@ -46,6 +46,9 @@ def _fmt(v) -> str:
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         return str(int(v))
     return repr(v)
+
+
+format_value = _fmt  # for messages elsewhere: a value as the user typed it
 
 
 def _ok(name: str, v) -> bool:

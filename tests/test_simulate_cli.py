@@ -97,7 +97,7 @@ def test_human_output(dump):
     (["--mode", "fast"], "--mode"),
     (["--trials", "1"], "--trials"),
     (["--draft-cost", "-1"], "--draft-cost"),
-    (["--verify-cost", "1+x"], "verify_cost"),
+    (["--verify-cost", "1+x"], "--verify-cost"),
 ])
 def test_bad_arguments(dump, args, needle):
     r = run("simulate", dump, *args)

@@ -24,7 +24,15 @@ Uncertainty.  ``ci95`` is a batch-means interval for the Monte-Carlo estimate: t
 ``batches`` independent groups, each replaying every sequence; the interval is the ratio-of-totals estimate
 +- t_{0.975, batches-1} times the standard error of the batch estimates.  It is Monte-Carlo uncertainty *given
 the recorded trajectories*, not uncertainty over prompts.  The MC estimate and the exact value are flagged as
-disagreeing when they are more than 4 standard errors apart: that means a bug or too few trials.
+disagreeing (``mc_agrees_with_exact`` False) when z = (MC - exact) / standard error exceeds, in absolute value,
+``mc_vs_exact_threshold``: the two-sided Student-t quantile with batches - 1 degrees of freedom at the false-alarm
+probability :data:`AGREEMENT_FALSE_ALARM` (1e-4 per check: 4.90 with the default 20 batches, 28.0 with 4); the
+token-mode acceptance check is judged at the same probability against the normal (3.89).  A correct replay
+fails a check with that probability; a replay that under-accepts by 3% is flagged by the defaults on the
+12 sequences of data/synthetic_pair.npz.  Two batches (``trials >= 2``) are the minimum.  When every batch gives
+the same estimate of a random process (too few trials for the spread to show), no interval is reported
+(``ci95``, ``standard_error`` and ``mc_vs_exact_z`` are None), the agreement is not checked (None) and a warning
+says so; a process without randomness (every alpha_t 0 or 1, e.g. greedy) has an exact zero-width interval.
 
 Sparse dumps.  Only an interval [lower_t, upper_t] containing alpha_t is known.  The exact mean acceptance
 length is non-decreasing in every alpha_t, so the DP evaluated at the lower and upper ends bounds the true
@@ -53,8 +61,9 @@ import numpy as np
 from .._numba.rng import seed_bits
 from ..acceptance import DraftAcceptance, alpha_summary, dump_acceptance, resolve_sampling
 from ..analysis import expected_tokens_closed_form, expected_tokens_per_step
-from ..config import AGREEMENT_Z, DEFAULT_BATCHES
-from ..errors import InvalidInput
+from ..config import AGREEMENT_FALSE_ALARM, DEFAULT_BATCHES, MAX_BATCHES
+from ..errors import InvalidInput, InvalidType
+from ..params import format_value
 from ..stats import batch_means_ci
 from . import runners
 from .config import MODES, block_trials as _block_trials, check_trials, parse_k_list, variants as _variants
@@ -63,28 +72,53 @@ from .results import (ASSUMPTIONS, BLOCK_EXACT_REASON, VARIANT_ASSUMPTIONS, Draf
                       sampling_warnings)
 
 __all__ = ["simulate", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult", "SimulationResult",
-           "batch_means_ci", "MODES", "AGREEMENT_Z", "VERIFY_METHODS", "CANDIDATE_SAMPLING"]
+           "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "VERIFY_METHODS", "CANDIDATE_SAMPLING"]
 
 VERIFY_METHODS = ("token", "block")
 CANDIDATE_SAMPLING = ("iid", "deterministic")
 
 
-def _check_int(name, v, lo, hi=None):
+def _check_int(name, v, lo, hi):
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise InvalidInput(f"{name} = {v!r} is invalid: give an integer")
-    if v < lo or (hi is not None and v > hi):
-        rng = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
-        raise InvalidInput(f"{name} = {v!r} is invalid: give an integer {rng}")
+        raise InvalidType(f"{name} must be an integer from {lo} to {hi}, got {type(v).__name__} {format_value(v)}")
+    if not lo <= v <= hi:
+        raise InvalidInput(f"{name} = {format_value(v)} is invalid: give an integer from {lo} to {hi}")
     return int(v)
+
+
+def _draft_names(drafts):
+    """The requested drafts in order, each once (a repeated name is simulated once); None: every draft."""
+    if drafts is None:
+        return None
+    if isinstance(drafts, str):
+        drafts = [drafts]
+    try:
+        items = list(drafts)
+    except TypeError:
+        raise InvalidType(f"drafts must be a draft name or a list of names, got {type(drafts).__name__}") from None
+    for name in items:
+        if not isinstance(name, str):
+            raise InvalidType(f"drafts must be draft names (strings), got {type(name).__name__} {format_value(name)}")
+    return tuple(dict.fromkeys(items)) or None
+
+
+def _check_callback(name, f):
+    if f is not None and not callable(f):
+        raise InvalidType(f"{name} must be a function of one integer (or None), got {type(f).__name__}")
+    return f
 
 
 def _cost_model(draft_cost, verify_cost, ks):
     if draft_cost is None and verify_cost is None:
         return None
+    if draft_cost is not None and (isinstance(draft_cost, (bool, np.bool_))
+                                   or not isinstance(draft_cost, (int, float, np.integer, np.floating))):
+        raise InvalidType(f"draft_cost must be a number >= 0, got {type(draft_cost).__name__} "
+                          f"{format_value(draft_cost)}")
     c = 0.0 if draft_cost is None else float(draft_cost)
     if not (math.isfinite(c) and c >= 0):
-        raise InvalidInput(f"draft_cost = {draft_cost!r} must be a finite number >= 0 (one draft forward relative "
-                           "to one target forward)")
+        raise InvalidInput(f"draft_cost = {format_value(draft_cost)} is invalid: give a finite number >= 0 (one draft "
+                           "forward relative to one target forward)")
     cost = CostModel(c, VerifyCost.parse(verify_cost))
     for kk in ks:
         cost.step_cost(kk)  # table coverage and positivity, before any heavy work
@@ -95,6 +129,8 @@ def _open(dump, client):
     """(dump object, whether we opened it)."""
     if hasattr(dump, "iter_chunks"):
         return dump, False
+    if not isinstance(dump, (str, bytes, os.PathLike)):
+        raise InvalidType(f"dump must be a path or an open fastspec.io.Dump, got {type(dump).__name__}")
     if client is not None or os.path.isdir(os.fspath(dump)):  # a directory of shards / a Dask client
         from ..shards import load_any
 
@@ -113,24 +149,30 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
 
     ``dump``: a path (a dump, or a directory of shards) or an open :class:`fastspec.io.Dump`.  ``k``: an int, a
     list, or ``"1-8"`` / ``"1,2,4"``.  Sampling settings default to the dump's recorded metadata.  ``mode``:
-    "bernoulli" or "token" (module docstring).  ``trials``: replays per sequence (default 200 in Bernoulli mode,
-    4 in token mode), rounded up to a multiple of ``batches``.  ``draft_cost`` (c, one draft forward relative
-    to one target forward) and ``verify_cost`` (:meth:`VerifyCost.parse`) define the cost model; without
-    either, ``speedup`` is None.  ``client``: a ``dask.distributed.Client`` for the alpha pass.  ``verify``,
-    ``candidates``, ``candidate_sampling``, ``block_trials``: verification variants reported side by side.
+    "bernoulli" or "token" (module docstring).  ``drafts``: names (a repeated name counts once); default every
+    draft.  ``trials``: replays per sequence, from 2 to 10**7 (default 200 in Bernoulli mode, 20 in token mode),
+    rounded up to a multiple of ``batches`` (2 to 1000, at most ``trials``).  ``draft_cost`` (c, one draft
+    forward relative to one target forward) and ``verify_cost`` (:meth:`VerifyCost.parse`) define the cost
+    model; without either, ``speedup`` is None.  ``client``: a ``dask.distributed.Client`` for the alpha pass.
+    ``verify``, ``candidates``, ``candidate_sampling``, ``block_trials`` (2 to 10**7 replays per sequence):
+    verification variants reported side by side.  ``progress_total(n)`` is called once with the units of work
+    and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row counts one per
+    sequence).  Every argument is checked before the dump is read.
     """
     ks = parse_k_list(k)
     variant_list = _variants(verify, candidates, candidate_sampling)
     trials = check_trials(trials, mode)
     seed = seed_bits(seed)
-    batches = _check_int("batches", batches, 2)
+    batches = _check_int("batches", batches, 2, MAX_BATCHES)
     batches = min(batches, trials)
     trials = int(-(-trials // batches) * batches)
     bt = _block_trials(block_trials, batches)
     cost = _cost_model(draft_cost, verify_cost, ks)
+    wanted = _draft_names(drafts)
+    progress, progress_total = _check_callback("progress", progress), _check_callback("progress_total", progress_total)
     d, own = _open(dump, client)
     try:
-        names = d.drafts if not drafts else tuple(drafts)
+        names = d.drafts if wanted is None else wanted
         for name in names:
             if name not in d.drafts:
                 raise InvalidInput(f"{d.path}: no draft named {name!r}; the dump holds {', '.join(d.drafts)}")
@@ -160,9 +202,8 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
             config["candidate_sampling"] = candidate_sampling
             config["block_trials"] = bt if ("block", 1) in variant_list else None
         if progress_total is not None:
-            per_row = {"block": d.N, "token": d.N if mode == "token" else 1}
-            progress_total(len(names) * len(ks) * sum(per_row["block"] if v == "block" else
-                                                      (per_row["token"] if w == 1 else 1) for v, w in variant_list))
+            progress_total(len(names) * len(ks) * sum(_progress_units(d, mode, trials, bt, v, w)
+                                                      for v, w in variant_list))
         ctx = _Context(d, lengths, row_ids, mode, trials, batches, seed, cost, sp, progress, bt, candidate_sampling)
         results: list[DraftKResult] = []
         summaries = {}
@@ -182,11 +223,30 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
         shown = [a for a, on in (("candidates", any(w > 1 for _, w in variant_list)),
                                  ("block", ("block", 1) in variant_list)) if on]
         assumptions = list(ASSUMPTIONS) + [VARIANT_ASSUMPTIONS[a] for a in shown]
-        return SimulationResult(d.path, config, results, best, sampling_warnings(d.metadata, sp), summaries,
-                                assumptions)
+        warnings = sampling_warnings(d.metadata, sp) + _interval_warnings(results)
+        return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions)
     finally:
         if own:
             d.close()
+
+
+def _interval_warnings(results) -> list[str]:
+    rows = [r for r in results if r.mean_acceptance_length is not None and r.ci95 is None]
+    if not rows:
+        return []
+    which = ", ".join(f"{r.draft} k={r.k}" + ("" if (r.verify, r.candidates) == ("token", 1) else
+                                              f" ({r.verify}, {r.candidates} candidates)") for r in rows)
+    return [f"no Monte-Carlo interval for {which}: every batch of trials gave the same estimate, so the spread "
+            "cannot be estimated (ci95 and standard_error are null) and the agreement with the exact value was not "
+            "checked; use more trials"]
+
+
+def _progress_units(d, mode, trials, block_trials, verify, w):
+    """Units of progress of one (draft, k) row: replays of one sequence (token and block replays), or sequences
+    (a Bernoulli replay runs every trial of a sequence at once; sparse bounds count a sequence each)."""
+    if verify == "block":
+        return d.N * block_trials
+    return d.N * trials if w == 1 and mode == "token" and d.kind == "dense" else d.N
 
 
 class _Context:
@@ -217,14 +277,46 @@ def _best(results, names, cost):
     return best
 
 
+def _interval(mc, alpha, valid, exact=None):
+    """(estimate, standard error, ci95 half-width) of the replay's tokens per step from its batches; the standard
+    error and half-width are None when the batches cannot give an interval: fewer than two of them verified
+    anything, or every batch gave the same estimate of a random process (too few trials for the spread to show).
+    A zero spread is exact when nothing was drafted, when the estimate equals ``exact``, or when every alpha_t
+    is 0 or 1 (no randomness)."""
+    est, se, half = batch_means_ci(mc["tokens"], mc["steps"], empty=1.0)
+    if se == 0 and mc["steps"].sum() > 0 and not (exact is not None and _same(est, exact)):
+        a = alpha[valid]
+        if not np.all((a == 0) | (a == 1)):
+            se = math.inf
+    return (est, se, half) if math.isfinite(se) else (est, None, None)
+
+
+def _same(a, b) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(b))  # equal up to rounding (e.g. greedy: every batch identical)
+
+
 def _mc_fields(mc, est, se, half):
     steps = int(mc["steps"].sum())
     drafted = int(mc["drafted"].sum())
-    return dict(mean_acceptance_length=float(est), ci95=(float(est - half), float(est + half)),
+    return dict(mean_acceptance_length=float(est),
+                ci95=None if half is None else (float(est - half), float(est + half)),
                 draft_acceptance_rate=float(mc["accepted"].sum() / drafted) if drafted else 0.0,
                 per_position_acceptance=(mc["pos_accepted"] / max(steps, 1)).tolist(),
-                accepted_length_histogram=(mc["hist"] / max(steps, 1)).tolist(), standard_error=float(se),
-                verify_steps=steps)
+                accepted_length_histogram=(mc["hist"] / max(steps, 1)).tolist(),
+                standard_error=None if se is None else float(se), verify_steps=steps)
+
+
+def _agreement(mc, est, se, exact):
+    """(z, threshold, agrees) of the MC estimate against the exact value; z and agrees are None without an
+    interval."""
+    bound = runners.agreement_threshold(max(1, int((mc["steps"] > 0).sum()) - 1))
+    if se is None:
+        return None, bound, None
+    if _same(est, exact):
+        z = 0.0
+    else:
+        z = (est - exact) / se if se > 0 else math.inf  # a deterministic replay that is wrong
+    return float(z), bound, bool(abs(z) <= bound)
 
 
 def _one(ctx, name, acc, k) -> DraftKResult:
@@ -233,7 +325,7 @@ def _one(ctx, name, acc, k) -> DraftKResult:
     if not acc.exact:  # sparse: exact bounds only (the DP is monotone in every alpha_t)
         lo = expected_tokens_per_step(acc.lower, k, lengths=ctx.lengths)
         hi = expected_tokens_per_step(acc.upper, k, lengths=ctx.lengths)
-        ctx.tick()
+        ctx.tick(len(ctx.lengths))
         res = DraftKResult(
             draft=name, k=k, alpha=None, mean_acceptance_length=None, ci95=None, mean_acceptance_length_exact=None,
             draft_acceptance_rate=None, per_position_acceptance=None, accepted_length_histogram=None, speedup=None,
@@ -247,22 +339,18 @@ def _one(ctx, name, acc, k) -> DraftKResult:
     alpha = acc.alpha
     ex = expected_tokens_per_step(alpha, k, lengths=ctx.lengths)
     if ctx.mode == "bernoulli":
-        mc = runners.bernoulli(alpha, ctx.lengths, ctx.row_ids, k, ctx.trials, ctx.batches, ctx.seed)
-        ctx.tick()
+        mc = runners.bernoulli(alpha, ctx.lengths, ctx.row_ids, k, ctx.trials, ctx.batches, ctx.seed,
+                               progress=ctx.progress)
     else:
         mc = runners.token_replay(ctx.d, name, alpha, k, ctx.trials, ctx.batches, ctx.seed, ctx.sp, ctx.progress)
-    est, se, half = batch_means_ci(mc["tokens"], mc["steps"], empty=1.0)
-    diff = est - ex.mean_acceptance_length
-    if abs(diff) <= 1e-9 * max(1.0, abs(ex.mean_acceptance_length)):
-        z = 0.0  # equal up to rounding (e.g. greedy: every batch identical, standard error ~1e-16)
-    else:
-        z = diff / se if se > 0 and math.isfinite(se) else math.inf
+    est, se, half = _interval(mc, alpha, valid, ex.mean_acceptance_length)
+    z, bound, agrees = _agreement(mc, est, se, ex.mean_acceptance_length)
     a_mean = float(alpha[valid].mean())
     closed = expected_tokens_closed_form(a_mean, k)
     return DraftKResult(
         draft=name, k=k, alpha=a_mean, mean_acceptance_length_exact=ex.mean_acceptance_length,
         speedup=cost.speedup(ex.mean_acceptance_length, k) if cost else None,
-        mc_vs_exact_z=float(z), mc_agrees_with_exact=bool(abs(z) <= AGREEMENT_Z),
+        mc_vs_exact_z=z, mc_agrees_with_exact=agrees, mc_vs_exact_threshold=bound,
         draft_acceptance_rate_exact=ex.draft_acceptance_rate,
         per_position_acceptance_exact=ex.per_position_acceptance.tolist(),
         mean_acceptance_length_closed_form=closed,
@@ -294,7 +382,7 @@ def _variant_row(ctx, name, acc, k, verify, w, betas) -> DraftKResult:
     bt = ctx.block_trials
     nb = min(ctx.batches, bt)
     mc = runners.token_replay(ctx.d, name, acc.alpha, k, bt, nb, ctx.seed, ctx.sp, ctx.progress, method="block")
-    est, se, half = batch_means_ci(mc["tokens"], mc["steps"], empty=1.0)
+    est, se, half = _interval(mc, acc.alpha, acc.valid)
     # no exact figure to compare with; the token-verification row of the same (draft, k) is the reference
     return DraftKResult(
         draft=name, k=k, alpha=float(acc.alpha[acc.valid].mean()), mean_acceptance_length_exact=None,

@@ -9,6 +9,7 @@ import numpy as np
 from ..config import DEFAULT_BLOCK_TRIALS, DEFAULT_TRIALS, MAX_CANDIDATES, MAX_K, MAX_TRIALS, MIN_TRIALS
 from ..errors import InvalidInput, InvalidType
 from ..methods import check_candidate_sampling, check_method
+from ..params import format_value
 
 __all__ = ["parse_k_list", "MODES", "variants", "block_trials", "check_mode", "check_trials"]
 
@@ -41,7 +42,7 @@ def parse_k_list(spec) -> list[int]:
     elif isinstance(spec, Sequence):
         for v in spec:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise InvalidType(f"k values must be integers, got {v!r}")
+                raise InvalidType(f"k values must be integers, got {type(v).__name__} {format_value(v)}")
             items.append(int(v))
     else:
         raise InvalidType(f"k must be an integer, a list of integers or a string like '1-8', got "
@@ -59,12 +60,17 @@ def parse_k_list(spec) -> list[int]:
 def _as_list(value, name):
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return [int(value)]
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        return [value]  # one value (an integral float such as 2.0 counts, 2.5 is refused by the caller)
     try:
         return list(value)
     except TypeError:
         raise InvalidType(f"{name} must be a value or a list of values, got {type(value).__name__}") from None
+
+
+def _shown(v) -> str:
+    """A value in a message as it was written: text as it is (a list item of "1,2.5"), numbers as typed."""
+    return v if isinstance(v, str) else format_value(v)
 
 
 def variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:
@@ -75,11 +81,11 @@ def variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:
     for w in _as_list(candidates, "candidates"):
         try:
             wi = int(w)
-        except (TypeError, ValueError):
-            raise InvalidInput(f"candidates {w!r} is not an integer; write e.g. 1, 2 or 1,2,4") from None
-        if isinstance(w, bool) or wi != w and not isinstance(w, str) or wi < 1 or wi > MAX_CANDIDATES:
-            raise InvalidInput(f"candidates = {w!r} is invalid: use an integer in [1, {MAX_CANDIDATES}] (candidates "
-                               "per position)")
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidInput(f"candidates {_shown(w)} is not an integer; write e.g. 1, 2 or 1,2,4") from None
+        if isinstance(w, (bool, np.bool_)) or wi != w and not isinstance(w, str) or wi < 1 or wi > MAX_CANDIDATES:
+            raise InvalidInput(f"candidates = {_shown(w)} is invalid: use an integer in [1, {MAX_CANDIDATES}] "
+                               "(candidates per position)")
         ws.append(wi)
     if not methods or not ws:
         raise InvalidInput("verify and candidates must each name at least one value")
@@ -95,14 +101,14 @@ def variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:
 
 
 def check_mode(mode) -> str:
-    if mode not in MODES:
-        raise InvalidInput(f"mode {mode!r} is unknown; choose one of: {', '.join(MODES)}")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise InvalidInput(f"mode {format_value(mode)} is unknown; choose one of: {', '.join(MODES)}")
     return mode
 
 
 def _count(name, v, lo, hi, what):
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
-        raise InvalidInput(f"{name} = {v!r} is invalid: give an integer from {lo} to {hi} ({what})")
+        raise InvalidInput(f"{name} = {format_value(v)} is invalid: give an integer from {lo} to {hi} ({what})")
     return int(v)
 
 

@@ -14,7 +14,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import numpy as np
+
 from ..errors import InvalidInput, InvalidType
+from ..params import format_value
 
 __all__ = ["VerifyCost", "CostModel"]
 
@@ -23,6 +26,65 @@ def _positive(v: float, name: str) -> float:
     if not (math.isfinite(v) and v > 0):
         raise InvalidInput(f"{name} = {v!r} must be a finite number > 0")
     return v
+
+
+#: what a linear verify cost may be (the grammar: expression := term (('+' | '-') term)*;  term := number ['*'] 'k'
+#: | number | 'k';  number := a plain decimal or scientific literal; spaces between tokens are ignored)
+LINEAR_GRAMMAR = ("a sum of terms joined by + or -, each a number (1, 0.05, .5, 2e-3), k, or a number times k "
+                  "(0.05k or 0.05*k)")
+_TOKEN = re.compile(r"\s*(?:(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<sym>[-+*k]))")
+_EXAMPLES = "e.g. 1, 1+0.05k, 1 + 0.05*k or 0.05k+1, or a JSON table {\"k\": cost} inline or in a .json file"
+
+
+def _tokens(text: str, spec) -> list[tuple[int, str, str]]:
+    """[(offset, kind, text)] of a linear expression: kind 'num' or the symbol itself."""
+    out, i = [], 0
+    while text[i:].strip():
+        m = _TOKEN.match(text, i)
+        if not m:
+            j = len(text) - len(text[i:].lstrip())
+            raise InvalidInput(f"verify_cost {spec!r} is not understood: {text[j]!r} at character {j + 1} is not "
+                               f"allowed: give {LINEAR_GRAMMAR}; {_EXAMPLES}")
+        group = "num" if m.group("num") is not None else "sym"
+        out.append((m.start(group), "num" if group == "num" else m.group(group), m.group(group)))
+        i = m.end()
+    return out
+
+
+def _parse_linear(text: str, spec) -> tuple[float, float]:
+    """(const, slope) of ``text`` by :data:`LINEAR_GRAMMAR`; InvalidInput names what broke it and where."""
+    toks = _tokens(text, spec) + [(len(text), "end", "")]
+
+    def bad(at, expected):
+        where, kind, what = toks[at]
+        found = "the end" if kind == "end" else f"{what!r} at character {where + 1}"
+        raise InvalidInput(f"verify_cost {spec!r} is not understood: expected {expected}, found {found}; give "
+                           f"{LINEAR_GRAMMAR}; {_EXAMPLES}")
+
+    const = slope = 0.0
+    i, sign = 0, 1.0
+    while True:
+        coef = None
+        if toks[i][1] == "num":
+            coef, i = float(toks[i][2]), i + 1
+            if toks[i][1] == "*":
+                i += 1
+                if toks[i][1] != "k":
+                    bad(i, "'k' after '*'")
+        if toks[i][1] == "k":
+            slope, i = slope + sign * (1.0 if coef is None else coef), i + 1
+        elif coef is None:
+            bad(i, "a number or k")
+        else:
+            const += sign * coef
+        if toks[i][1] == "end":
+            break
+        if toks[i][1] not in "+-":
+            bad(i, "'+', '-' or the end")
+        sign, i = (1.0 if toks[i][1] == "+" else -1.0), i + 1
+    if not (math.isfinite(const) and math.isfinite(slope)):
+        raise InvalidInput(f"verify_cost {spec!r} must be finite")
+    return const, slope
 
 
 def _parse_table(obj, name: str) -> dict[int, float]:
@@ -36,8 +98,8 @@ def _parse_table(obj, name: str) -> dict[int, float]:
             raise InvalidInput(f"{name}: key {key!r} is not an integer k") from None
         if k < 1:
             raise InvalidInput(f"{name}: key {key!r}: k must be >= 1")
-        if isinstance(val, bool) or not isinstance(val, (int, float)):
-            raise InvalidInput(f"{name}[{key!r}] = {val!r} is not a number")
+        if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, float, np.integer, np.floating)):
+            raise InvalidInput(f"{name}[{key!r}] = {format_value(val)} is not a number")
         out[k] = _positive(float(val), f"{name}[{key!r}]")
     return out
 
@@ -68,8 +130,9 @@ class VerifyCost:
 
     @classmethod
     def parse(cls, spec) -> "VerifyCost":
-        """``None``/number -> constant; ``"1+0.05k"`` (also ``1 + 0.05*k``, ``0.05k+1``) -> linear;
-        a mapping, a JSON object string or a path to a ``.json`` file ``{"1": 1.02, "4": 1.10}`` -> table."""
+        """``None``/number -> constant; a linear expression (:data:`LINEAR_GRAMMAR`: ``"1"``, ``"1+0.05k"``,
+        ``"1 + 0.05*k"``, ``"0.05k+1"``) -> const + slope * k; a mapping, a JSON object string or a path to a
+        ``.json`` file ``{"1": 1.02, "4": 1.10}`` -> table.  Anything else is refused, saying what is allowed."""
         if spec is None:
             return cls()
         if isinstance(spec, Mapping):
@@ -93,22 +156,7 @@ class VerifyCost:
                     return cls(table=_parse_table(json.load(fh), f"verify_cost ({text})"))
                 except json.JSONDecodeError as exc:
                     raise InvalidInput(f"verify_cost: {text} is not valid JSON ({exc.msg})") from None
-        const, slope = 0.0, 0.0
-        compact = text.replace(" ", "").replace("*", "")
-        if not compact or not re.fullmatch(r"[0-9eE.+\-k]+", compact):
-            raise InvalidInput(f"verify_cost {spec!r} is not understood; write e.g. 1, 1+0.05k or a JSON table")
-        for term in re.findall(r"[+\-]?[^+\-]+(?:[eE][+\-]?[0-9]+)?", compact):
-            try:
-                if term.endswith("k"):
-                    coef = term[:-1]
-                    slope += float(coef + "1" if coef in ("", "+", "-") else coef)
-                else:
-                    const += float(term)
-            except ValueError:
-                raise InvalidInput(f"verify_cost {spec!r}: cannot read the term {term!r}; write e.g. 1+0.05k") \
-                    from None
-        if not (math.isfinite(const) and math.isfinite(slope)):
-            raise InvalidInput(f"verify_cost {spec!r} must be finite")
+        const, slope = _parse_linear(text, spec)
         return cls(const=const, slope=slope)
 
 

@@ -40,6 +40,7 @@ class DraftKResult:
     candidate_sampling: str | None = None
     exact_reason: str | None = None
     mc_method: str | None = None
+    mc_vs_exact_threshold: float | None = None
 
     def as_dict(self) -> dict:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -66,7 +67,8 @@ class SimulationResult:
 
     @property
     def disagreements(self) -> list[DraftKResult]:
-        """Rows whose Monte-Carlo estimate is inconsistent with the exact expectation (or token check)."""
+        """Rows whose Monte-Carlo estimate is inconsistent with the exact expectation (or token check); rows
+        without an interval (``mc_agrees_with_exact`` None) were not checked and are not listed."""
         return [r for r in self.results
                 if r.mc_agrees_with_exact is False or (r.token_check is not None and not r.token_check["passed"])]
 
