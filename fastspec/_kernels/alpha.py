@@ -22,22 +22,20 @@ from .sample import block_count
 
 
 @kernel
-def _weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, use_table, table, state):
+def _weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, use_table, tables, state):
     """z of a valid row (temperature > 0) with its processed weights stored in w: from the float16 table when
     ``use_table`` (:mod:`fastspec._kernels.half`), else with fastspec's exp."""
     if not use_table:
         return processed_weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, x[0:0])[2]
     inv_t, thr = row_cutoff(x, m, temp, top_k, top_p, min_p, scratch)
-    c, refill = half.serves(state, m, inv_t)
-    if refill:
-        half.fill(table, inv_t, c)
+    table, c = half.serves(tables, state, m, inv_t)
     return half.table_weights(x, m, inv_t, thr, w, bsum, table, c)
 
 
 @kernel
-def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, use_table, table, state):
+def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, use_table, tables, state):
     """(alpha, status) of one row pair; status 0 ok, 1-3 target row NaN/+inf/no finite value, 4-6 draft row.
-    ``use_table``: float16 rows (uint16 bits) take their weights from the per-thread table (table, state)."""
+    ``use_table``: float16 rows (uint16 bits) take their weights from the per-thread tables (tables, state)."""
     mp = row_max(x)
     sp = status(mp)
     if sp != ROW_OK:
@@ -48,15 +46,15 @@ def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, use_table, table, s
         return 0.0, 3 + sq
     if temp == 0.0:
         return (1.0 if argmax_of(x, mp) == argmax_of(y, mq) else 0.0), 0
-    zp = _weights(x, mp, temp, top_k, top_p, min_p, eq, ep, bsum, use_table, table, state)  # eq: scratch first
-    zq = _weights(y, mq, temp, top_k, top_p, min_p, eq, eq, bsum, use_table, table, state)
+    zp = _weights(x, mp, temp, top_k, top_p, min_p, eq, ep, bsum, use_table, tables, state)  # eq: scratch first
+    zq = _weights(y, mq, temp, top_k, top_p, min_p, eq, eq, bsum, use_table, tables, state)
     return min(lane_min_sum(ep, eq, 1.0 / zp, 1.0 / zq, 0, ep.shape[0]), 1.0), 0
 
 
 @parallel_kernel
 def alpha_rows(P, Q, params, valid, nthreads, use_table, out, status_out):
     """alpha per row of P, Q [R, V] (rows where ``valid`` is False get 0): thread c takes a contiguous range
-    of rows with its own work arrays (and, with ``use_table`` -- float16 rows -- its own weight table)."""
+    of rows with its own work arrays (and, with ``use_table`` -- float16 rows -- its own weight tables)."""
     temp, top_k, top_p, min_p = params
     R, V = P.shape
     nth = min(nthreads, max(R, 1))
@@ -65,14 +63,14 @@ def alpha_rows(P, Q, params, valid, nthreads, use_table, out, status_out):
         ep = np.empty(V)
         eq = np.empty(V)
         bsum = np.empty(nb)
-        table = np.empty(half.HALF_VALUES if use_table else 1)
-        state = np.zeros(3)
+        tables = np.empty((half.SLOTS, half.HALF_VALUES) if use_table else (1, 1))
+        state = np.zeros(half.STATE)
         for r in range(c * R // nth, (c + 1) * R // nth):
             out[r] = 0.0
             status_out[r] = 0
             if valid[r]:
                 out[r], status_out[r] = alpha_row(P[r], Q[r], temp[r], top_k[r], top_p[r], min_p[r], ep, eq,
-                                                  bsum, use_table, table, state)
+                                                  bsum, use_table, tables, state)
 
 
 @kernel

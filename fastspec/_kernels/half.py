@@ -2,13 +2,17 @@
 
 A float16 logit has one of 65,536 bit patterns, so for one inverse temperature ``it`` the weights of every row
 can come from one table ``T[h] = exp(val(h) it - c)``, filled once (65,536 exponentials, about the cost of half
-a row of 128k tokens), and a scale per row: ``exp((x - m) it) = T[bits(x)] * exp(c - m it)``.  The offset c is
-chosen so that every exponent the table serves is <= 0 (``c >= m it``) and no row's own max falls more than
-:data:`SPAN` below it (else its small weights would underflow); a row outside that window refills the table
-around its own max (rows of one dump have similar maxima, so this is rare).  Accuracy: the table entry and the
-scale each carry fastspec's exp error (<= 1e-15 relative), their product <= 2.2e-15; entries below
-``exp(-708)`` relative to c are 0, i.e. weights below ``exp(-708 + SPAN)`` of a row's max (about 1e-47) are
-dropped -- far below anything a float64 sum of a row can represent.
+a row of 128k tokens), and a scale per row: ``exp((x - m) it) = T[bits(x)] * exp(c - m it)``.
+
+The offset c is a function of the row alone -- the multiple of :data:`STEP` just above ``m it`` -- so a row's
+weights (and everything computed from them) are bit-identical whichever rows a thread processed before it, in
+whatever chunks and on however many threads.  Every exponent the table serves is then <= 0 and the row's own
+max sits at most STEP below c.  A thread keeps :data:`SLOTS` tables (a target row and its draft row usually need
+one or two offsets; rows of one dump have similar maxima) and refills the least recently filled slot when a row
+needs another offset.  Accuracy: the table entry and the scale each carry fastspec's exp error (<= 1e-15
+relative), their product <= 2.2e-15; entries below ``exp(-708)`` relative to c are 0, i.e. weights below
+``exp(STEP - 708)`` of a row's max (about 1e-196) are dropped -- far below anything a float64 sum of a row can
+represent.
 """
 from __future__ import annotations
 
@@ -23,8 +27,9 @@ from .._numba.lanes import lane_sum
 from ..config import BLOCK
 
 HALF_VALUES = 65536
-SPAN = 600.0  # a table serves rows whose max * it lies in [c - SPAN, c]
-HEADROOM = 50.0  # a refilled table's c = m * it + HEADROOM
+STEP = 256.0  # a row's table offset: the multiple of STEP above m * it
+SLOTS = 2  # tables kept per thread
+STATE = 3 * SLOTS + 1  # per slot (c, inv_t, filled), then the slot to refill next
 
 
 @kernel
@@ -37,15 +42,26 @@ def fill(table, inv_t, c):
 
 
 @kernel
-def serves(state, m, inv_t):
-    """Make the table (state: [c, inv_t, filled]) serve a row with max m; returns c."""
-    mt = m * inv_t
-    if state[2] == 0.0 or state[1] != inv_t or mt > state[0] or mt < state[0] - SPAN:
-        state[0] = mt + HEADROOM
-        state[1] = inv_t
-        state[2] = 1.0
-        return state[0], True
-    return state[0], False
+def offset(m, inv_t):
+    """The table offset c of a row with max m: the multiple of STEP just above m * inv_t."""
+    return (math.floor(m * inv_t / STEP) + 1.0) * STEP
+
+
+@kernel
+def serves(tables, state, m, inv_t):
+    """(table, c) serving a row with max m at inverse temperature inv_t: a slot of ``tables`` [SLOTS, 65536]
+    already filled for this (c, inv_t), else the next slot, refilled (``state``: :data:`STATE` floats)."""
+    c = offset(m, inv_t)
+    for s in range(SLOTS):
+        if state[3 * s + 2] == 1.0 and state[3 * s] == c and state[3 * s + 1] == inv_t:
+            return tables[s], c
+    s = int(state[3 * SLOTS])
+    state[3 * SLOTS] = float((s + 1) % SLOTS)
+    fill(tables[s], inv_t, c)
+    state[3 * s] = c
+    state[3 * s + 1] = inv_t
+    state[3 * s + 2] = 1.0
+    return tables[s], c
 
 
 @kernel

@@ -61,7 +61,7 @@ import numpy as np
 from .._numba.rng import seed_bits
 from ..acceptance import DraftAcceptance, alpha_summary, dump_acceptance, resolve_sampling
 from ..analysis import expected_tokens_closed_form, expected_tokens_per_step
-from ..config import AGREEMENT_FALSE_ALARM, DEFAULT_BATCHES, MAX_BATCHES
+from ..config import AGREEMENT_FALSE_ALARM, AGREEMENT_Z, DEFAULT_BATCHES, MAX_BATCHES
 from ..errors import InvalidInput, InvalidType
 from ..params import format_value
 from ..stats import batch_means_ci
@@ -72,7 +72,8 @@ from .results import (ASSUMPTIONS, BLOCK_EXACT_REASON, VARIANT_ASSUMPTIONS, Draf
                       sampling_warnings)
 
 __all__ = ["simulate", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult", "SimulationResult",
-           "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "VERIFY_METHODS", "CANDIDATE_SAMPLING"]
+           "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "AGREEMENT_Z", "VERIFY_METHODS",
+           "CANDIDATE_SAMPLING"]
 
 VERIFY_METHODS = ("token", "block")
 CANDIDATE_SAMPLING = ("iid", "deterministic")

@@ -33,7 +33,7 @@ class Pricing:
 
     source = "none"  # "flags", "dump" or "file"
 
-    def covers(self, draft: str) -> bool:
+    def covers(self, draft: str) -> bool:  # noqa: ARG002 (one interface for both pricings)
         return True
 
     def speedup(self, draft: str, m: float, k: int, p_all_accepted: float = 0.0) -> float | None:
@@ -43,7 +43,7 @@ class Pricing:
         """w candidates per depth: k draft forwards, one target forward over k w + 1 positions."""
         raise NotImplementedError
 
-    def relative_se(self, draft: str, k: int, p_all_accepted: float = 0.0) -> float:
+    def relative_se(self, draft: str, k: int, p_all_accepted: float = 0.0) -> float:  # noqa: ARG002 (one interface for both pricings)
         return 0.0
 
     def describe(self) -> dict:
@@ -58,10 +58,10 @@ class FlagPricing(Pricing):
     def __init__(self, model):
         self.model = model
 
-    def speedup(self, draft, m, k, p_all_accepted=0.0):
+    def speedup(self, draft, m, k, p_all_accepted=0.0):  # noqa: ARG002 (one interface for both pricings)
         return self.model.speedup(m, k)
 
-    def tree_speedup(self, draft, m, k, w):
+    def tree_speedup(self, draft, m, k, w):  # noqa: ARG002 (one interface for both pricings)
         try:
             return m / (k * self.model.draft_cost + self.model.verify(k * w))
         except InvalidInput:  # a verify-cost table without k*w
