@@ -25,7 +25,9 @@ def simulate_command(
     dump: str = dump_argument(),
     k: str = k_option(),
     draft: Optional[List[str]] = typer.Option(None, "--draft", metavar="NAME", help="Simulate only this draft of the "
-                                              "dump (repeatable; a repeated name counts once); default: every draft."),
+                                              "dump (repeatable; a repeated name counts once); default: every draft "
+                                              "model (a target-only dump: ngram).  ngram or ngramMIN-MAX: the "
+                                              "prompt-lookup draft, replayed from the dump's prompt tokens."),
     temperature: Optional[float] = temperature_option(),
     top_k: Optional[int] = top_k_option(),
     top_p: Optional[float] = top_p_option(),
@@ -42,6 +44,10 @@ def simulate_command(
     verify_cost: Optional[str] = typer.Option(None, "--verify-cost", metavar="COST", help="Target verify cost as a "
                                               "function of k: 1, 1+0.05k, or a JSON table {\"1\": 1.02, ...} (inline "
                                               "or file)."),
+    costs: Optional[str] = typer.Option(None, "--costs", metavar="FILE", help="A JSON cost table of measured "
+                                        "seconds (fastspec cost --out FILE, or a GPU deployment measured by hand; "
+                                        "schema in the README) instead of the dump's recorded costs; 'none': no "
+                                        "costs. --draft-cost/--verify-cost override both."),
     verify: str = typer.Option("token", "--verify", metavar="METHODS", help="Verification method(s), side by side: "
                                "token, block or token,block (block verification: Sun et al. 2024; Monte-Carlo through "
                                "the block kernel, needs dense logits)."),
@@ -83,6 +89,18 @@ def simulate_command(
         VerifyCost.parse(verify_cost)
     if draft_cost is not None and not (draft_cost >= 0 and draft_cost < float("inf")):
         fail(f"--draft-cost {draft_cost:g} is invalid: use a finite value >= 0")
+    table = None
+    if costs is not None and costs.lower() != "none":
+        from fastspec.costs import CostTable
+
+        with option_errors("--costs"):
+            table = CostTable.from_file(costs)
+    if draft:
+        from fastspec.simulate.ngram import parse_ngram_draft
+
+        for name in draft:
+            with option_errors("--draft"):
+                parse_ngram_draft(name, max(ks))
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
     plt, plot = (None, None) if plot is None else _plot_target(plot)
@@ -96,7 +114,8 @@ def simulate_command(
             res = simulate(dump, k=ks, drafts=draft or None, **given, mode=mode, trials=trials, seed=seed,
                            draft_cost=draft_cost, verify_cost=verify_cost, progress=advance, progress_total=set_total,
                            client=client, verify=verify, candidates=candidates,
-                           candidate_sampling=candidate_sampling, block_trials=block_trials)
+                           candidate_sampling=candidate_sampling, block_trials=block_trials,
+                           costs=False if costs is not None and table is None else table)
     finally:
         if stop is not None:
             stop()
@@ -168,6 +187,21 @@ def _variant_label(r) -> str:
     return "token" if r.candidates == 1 else f"token w={r.candidates} {r.candidate_sampling}"
 
 
+def _ci(pair, digits=3, suffix=""):
+    return "-" if pair is None else f"{pair[0]:.{digits}f}-{pair[1]:.{digits}f}{suffix}"
+
+
+def _costs_line(cfg) -> str:
+    c = cfg["costs"]
+    if c["source"] == "flags":
+        return f"costs: relative (--draft-cost {c['draft_cost']:g}, --verify-cost {c['verify_cost']})"
+    where = "recorded in the dump" if c["source"] == "dump" else "from --costs"
+    machine = f", {c['machine']}" if c.get("machine") else ""
+    threads = f", {c['threads']} threads" if c.get("threads") else ""
+    return (f"costs: measured seconds {where}{machine}{threads}; plain decoding {1e3 * c['plain_step_s']:.2f} ms "
+            "per token")
+
+
 def _print_human(res) -> None:
     out = stdout_console()
     cfg = res.config
@@ -175,32 +209,41 @@ def _print_human(res) -> None:
     title = (f"fastspec simulate {res.dump}  (T={cfg['temperature']:g}, top_k={cfg['top_k']}, top_p={cfg['top_p']:g}, "
              f"min_p={cfg['min_p']:g}, mode={cfg['mode']}, trials={cfg['trials']}, seed={cfg['seed']})")
     table = Table(title=title, title_justify="left")
-    has_cost = cfg["draft_cost"] is not None
+    has_cost = cfg.get("costs") is not None
     if sparse:
-        cols = ["draft", "k", "alpha [lo, hi]", "tokens/step exact [lo, hi]"]
-        cols += ["speed-up [lo, hi]"] if has_cost else []
+        cols = ["draft", "k", "alpha [lo, hi]", "tokens/step exact [lo, hi]", "95% CI prompts"]
+        cols += ["speed-up [lo, hi]", "speed-up 95% CI"] if has_cost else []
     else:
-        cols = ["draft", "k", "alpha", "tokens/step (MC)", "95% CI", "exact (DP)", "draft accept rate"]
-        cols += ["speed-up"] if has_cost else []
+        cols = ["draft", "k", "alpha", "tokens/step exact", "95% CI prompts", "MC (95% CI)", "accept rate"]
+        cols += ["speed-up (95% CI)"] if has_cost else []
         if "variants" in cfg:
             cols.insert(2, "verify")
     for c in cols:
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
     for r in res.results:
         mark = " *" if res.best.get(r.draft) == r.k and r.verify == "token" and r.candidates == 1 else ""
-        if sparse:
+        if r.mean_acceptance_length_lower is not None or (sparse and r.alpha is None and r.alpha_lower is not None):
             row = [r.draft, f"{r.k}{mark}", f"[{_fmt(r.alpha_lower)}, {_fmt(r.alpha_upper)}]",
-                   f"[{_fmt(r.mean_acceptance_length_lower)}, {_fmt(r.mean_acceptance_length_upper)}]"]
+                   f"[{_fmt(r.mean_acceptance_length_lower)}, {_fmt(r.mean_acceptance_length_upper)}]",
+                   _ci(r.ci95_sequences)]
             if has_cost:
-                row.append(f"[{_fmt(r.speedup_lower, 2)}, {_fmt(r.speedup_upper, 2)}]x")
+                row += [f"[{_fmt(r.speedup_lower, 2)}, {_fmt(r.speedup_upper, 2)}]x", _ci(r.speedup_ci95, 2, "x")]
+        elif sparse:  # an n-gram row of a sparse (greedy) dump: exact, no bounds
+            row = [r.draft, f"{r.k}{mark}", "-", f"{_fmt(r.mean_acceptance_length_exact)}", _ci(r.ci95_sequences)]
+            if has_cost:
+                row += [f"{r.speedup:.2f}x" if r.speedup is not None else "-", _ci(r.speedup_ci95, 2, "x")]
         else:
             flag = " !" if r.mc_agrees_with_exact is False else ""
-            row = [r.draft, f"{r.k}{mark}", _fmt(r.alpha), _fmt(r.mean_acceptance_length) + flag,
-                   "n/a" if r.ci95 is None else f"{_fmt(r.ci95[0])}-{_fmt(r.ci95[1])}",
+            mc = r.mc_method is None or not r.mc_method.startswith("none")
+            half = None if r.ci95 is None else (r.ci95[1] - r.ci95[0]) / 2
+            row = [r.draft, f"{r.k}{mark}", _fmt(r.alpha),
                    _fmt(r.mean_acceptance_length_exact) if r.exact_reason is None else "n/a (MC only)",
-                   _fmt(r.draft_acceptance_rate)]
+                   _ci(r.ci95_sequences),
+                   ((_fmt(r.mean_acceptance_length) + (" (n/a)" if half is None else f" ±{half:.3f}") + flag)
+                    if mc else "exact only"), _fmt(r.draft_acceptance_rate)]
             if has_cost:
-                row.append(f"{r.speedup:.2f}x" if r.speedup is not None else "-")
+                row.append("-" if r.speedup is None else f"{r.speedup:.2f}x" + (
+                    f" ({_ci(r.speedup_ci95, 2)})" if r.speedup_ci95 is not None else ""))
             if "variants" in cfg:
                 row.insert(2, _variant_label(r))
         table.add_row(*row)
@@ -210,7 +253,14 @@ def _print_human(res) -> None:
         out.print(f"block verification: {n}")
     if any(r.candidates > 1 for r in res.results):
         out.print("candidates w > 1: exact = trajectory DP on the per-position acceptance beta_t(w) of w candidates "
-                  f"({cfg.get('candidate_sampling')}); speed-up uses verify_cost(k*w) for the k*w tree nodes")
+                  f"({cfg.get('candidate_sampling')}); speed-up prices k draft forwards and a target forward over "
+                  "k*w + 1 positions")
+    ngram_rows = [r for r in res.results if r.off_record is not None]
+    if ngram_rows:
+        worst = max(ngram_rows, key=lambda r: r.off_record)
+        out.print(f"n-gram draft: exact replay of the lookup along the recorded text; accepted drafts that differ from "
+                  f"the recording (the replay assumption's reach): up to {100 * worst.off_record:.1f}% "
+                  f"({worst.draft} k={worst.k})")
     if not sparse:
         pp = Table(title="per-position acceptance (unconditional, vLLM's definition), largest k per draft",
                    title_justify="left")
@@ -223,11 +273,10 @@ def _print_human(res) -> None:
             pp.add_row(name, str(r.k), " ".join(f"{v:.2f}" for v in r.per_position_acceptance))
         out.print(pp)
     if has_cost:
-        best = ", ".join(f"{d}: k={k}" for d, k in res.best.items())
-        out.print(f"best k under the cost model (c={cfg['draft_cost']:g}, verify={cfg['verify_cost']}): {best}  "
-                  "(* in the table)")
-    else:
-        out.print("no cost model given (--draft-cost / --verify-cost): speed-up not computed")
+        out.print(_costs_line(cfg))
+        best = ", ".join(f"{d}: k={k}" for d, k in res.best.items() if k is not None)
+        if best:
+            out.print(f"best k per draft (* in the table): {best}")
     for r in res.results:
         if r.token_check is not None:
             tc = r.token_check
@@ -239,32 +288,37 @@ def _print_human(res) -> None:
         out.print(f"  - {a}")
     for w in res.warnings:
         out.print(f"warning: {w}", style="bold yellow")
+    out.print(res.verdict)
 
 
 def _plot(res, path, plt) -> None:
     many = "variants" in res.config
     drafts = list(dict.fromkeys((r.draft, _variant_label(r)) for r in res.results))
-    fig, axes = plt.subplots(1, 3 if res.config["draft_cost"] is not None else 2, figsize=(14, 4.2))
+    priced = res.config.get("costs") is not None
+    fig, axes = plt.subplots(1, 3 if priced else 2, figsize=(14, 4.2))
     for draft_name, variant in drafts:
         rows = [r for r in res.results if r.draft == draft_name and _variant_label(r) == variant]
         name = f"{draft_name} ({variant})" if many else draft_name
         ks = [r.k for r in rows]
-        if res.config["dump_kind"] == "sparse":
+        if res.config["dump_kind"] == "sparse" and rows[0].mean_acceptance_length_lower is not None:
             lo = [r.mean_acceptance_length_lower for r in rows]
             hi = [r.mean_acceptance_length_upper for r in rows]
             axes[0].fill_between(ks, lo, hi, alpha=0.3, label=name)
         else:
             y = [r.mean_acceptance_length for r in rows]
-            err = [[r.mean_acceptance_length - r.ci95[0] if r.ci95 else 0.0 for r in rows],
-                   [r.ci95[1] - r.mean_acceptance_length if r.ci95 else 0.0 for r in rows]]
+            ci = [r.ci95_sequences or r.ci95 for r in rows]  # over prompts when known, else Monte-Carlo
+            err = [[yy - c[0] if c else 0.0 for yy, c in zip(y, ci, strict=True)],
+                   [c[1] - yy if c else 0.0 for yy, c in zip(y, ci, strict=True)]]
             axes[0].errorbar(ks, y, yerr=err, marker="o", capsize=3, label=name)
             longest = rows[-1]
             axes[1].plot(range(1, longest.k + 1), longest.per_position_acceptance, marker="o",
                          label=f"{name} (k={longest.k})")
-        if res.config["draft_cost"] is not None and len(axes) > 2:
-            s = [r.speedup if r.speedup is not None else r.speedup_lower for r in rows]
+        if priced and len(axes) > 2:
+            s = [r.speedup if r.speedup is not None else
+                 (r.speedup_lower if r.speedup_lower is not None else float("nan")) for r in rows]
             axes[2].plot(ks, s, marker="o", label=name)
-    axes[0].set(xlabel="k (drafted tokens per step)", ylabel="tokens per verify step", title="mean acceptance length")
+    axes[0].set(xlabel="k (drafted tokens per step)", ylabel="tokens per verify step",
+                title="mean acceptance length (95% CI over prompts)")
     axes[1].set(xlabel="draft position", ylabel="acceptance (unconditional)", title="per-position acceptance")
     if len(axes) > 2:
         axes[2].set(xlabel="k", ylabel="speed-up", title="speed-up under the cost model")

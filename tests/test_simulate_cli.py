@@ -79,10 +79,12 @@ def test_human_output(dump):
     r = run("simulate", dump, "--k", "1-3", "--draft-cost", "0.05", "--mode", "token", "--trials", "4")
     assert r.exit_code == 0, r.stderr
     out = r.stdout
-    assert "tokens/step (MC)" in out and "per-position acceptance" in out and "best k under the cost model" in out
+    assert "MC (95% CI)" in out and "95% CI prompts" in out and "per-position acceptance" in out
+    assert "best k per draft" in out and "speed-up (95% CI)" in out
     assert "trajectory replay" in out and "token-mode check" in out
+    assert out.rstrip().splitlines()[-1].startswith("best: ")  # the plain sentence ends the output
     r = run("simulate", dump, "--k", "2")
-    assert "no cost model given" in r.stdout
+    assert r.stdout.rstrip().splitlines()[-1].startswith("speed-up not computed: the dump records no costs")
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -54,7 +54,7 @@ import math
 import os
 import sys
 import types
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -68,8 +68,10 @@ from ..stats import batch_means_ci
 from . import runners
 from .config import MODES, block_trials as _block_trials, check_trials, parse_k_list, variants as _variants
 from .costs import CostModel, VerifyCost
-from .results import (ASSUMPTIONS, BLOCK_EXACT_REASON, VARIANT_ASSUMPTIONS, DraftKResult, SimulationResult,
-                      sampling_warnings)
+from .ngram import NGRAM_ASSUMPTION, ngram_name, ngram_replay, parse_ngram_draft
+from .results import (ASSUMPTIONS, BLOCK_EXACT_REASON, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
+                      SimulationResult, sampling_warnings)
+from .speedup import FlagPricing, TablePricing, best_overall, over_sequences, speedup_interval, verdict
 
 __all__ = ["simulate", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult", "SimulationResult",
            "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "AGREEMENT_Z", "VERIFY_METHODS",
@@ -126,6 +128,56 @@ def _cost_model(draft_cost, verify_cost, ks):
     return cost
 
 
+def _cost_table(costs):
+    """A :class:`fastspec.costs.CostTable` from ``costs``: a table, a mapping (the JSON schema) or a path."""
+    from ..costs import CostTable
+
+    if isinstance(costs, CostTable):
+        return costs
+    if isinstance(costs, Mapping):
+        return CostTable.from_dict(costs)
+    if isinstance(costs, (str, os.PathLike)):
+        return CostTable.from_file(os.fspath(costs))
+    raise InvalidType(f"costs must be a CostTable, a mapping in its JSON schema, a path to a JSON cost table, None "
+                      f"(the dump's recorded costs) or False (none), got {type(costs).__name__}")
+
+
+def _pricing(draft_cost, verify_cost, costs, ks):
+    """The pricing fixed before the dump is read: relative flags (they override everything) or a given table;
+    None: the dump's recorded costs, if any, decide after opening it."""
+    model = _cost_model(draft_cost, verify_cost, ks)
+    if model is not None:
+        return FlagPricing(model)
+    if costs is None or costs is False:
+        return None
+    return TablePricing(_cost_table(costs), "file")
+
+
+def _split_drafts(d, wanted, ks):
+    """(model draft names, n-gram proposers by name) from the requested names (None: every model draft of the dump;
+    a target-only dump with prompt tokens: the n-gram draft)."""
+    if wanted is None:
+        if d.drafts:
+            return tuple(d.drafts), {}
+        if getattr(d, "prompt_tokens", None) is not None:
+            wanted = ("ngram",)
+        else:
+            raise InvalidInput(f"{d.path}: the dump has no draft model and no prompt tokens, so there is nothing to "
+                               "simulate: dump with a draft (--draft), or record the prompt tokens for an n-gram draft")
+    models, ngrams = [], {}
+    for name in wanted:
+        if name in d.drafts:
+            models.append(name)
+            continue
+        proposer = parse_ngram_draft(name, max(ks))
+        if proposer is None:
+            have = ", ".join(d.drafts) if d.drafts else "none (a target-only dump)"
+            raise InvalidInput(f"{d.path}: no draft named {name!r}; the dump's draft models: {have}; an n-gram draft "
+                               "is written ngram or ngramMIN-MAX")
+        ngrams[ngram_name(proposer)] = proposer
+    return tuple(models), ngrams
+
+
 def _open(dump, client):
     """(dump object, whether we opened it)."""
     if hasattr(dump, "iter_chunks"):
@@ -145,7 +197,7 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
              mode: str = "bernoulli", trials: int | None = None, seed: int = 0, draft_cost=None,
              verify_cost=None, batches: int = DEFAULT_BATCHES, progress: Callable[[int], None] | None = None,
              progress_total: Callable[[int], None] | None = None, client=None, verify="token", candidates=1,
-             candidate_sampling: str = "iid", block_trials: int | None = None) -> SimulationResult:
+             candidate_sampling: str = "iid", block_trials: int | None = None, costs=None) -> SimulationResult:
     """Simulate speculative decoding of each draft in ``dump`` against its target, for each k.
 
     ``dump``: a path (a dump, or a directory of shards) or an open :class:`fastspec.io.Dump`.  ``k``: an int, a
@@ -153,8 +205,13 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     "bernoulli" or "token" (module docstring).  ``drafts``: names (a repeated name counts once); default every
     draft.  ``trials``: replays per sequence, from 2 to 10**7 (default 200 in Bernoulli mode, 20 in token mode),
     rounded up to a multiple of ``batches`` (2 to 1000, at most ``trials``).  ``draft_cost`` (c, one draft
-    forward relative to one target forward) and ``verify_cost`` (:meth:`VerifyCost.parse`) define the cost
-    model; without either, ``speedup`` is None.  ``client``: a ``dask.distributed.Client`` for the alpha pass.
+    forward relative to one target forward) and ``verify_cost`` (:meth:`VerifyCost.parse`) define a relative
+    cost model and override ``costs``: a :class:`fastspec.costs.CostTable` of measured seconds (or its JSON
+    mapping, or a path); ``costs=None`` takes the dump's recorded table when it has one, ``costs=False`` none.
+    Without any, ``speedup`` is None.  A draft named ``ngram`` or ``ngramMIN-MAX`` is the prompt-lookup
+    proposer, replayed from the dump's prompt and generated tokens (:mod:`fastspec.simulate.ngram`); a
+    target-only dump with prompt tokens simulates it by default.  ``client``: a ``dask.distributed.Client`` for
+    the alpha pass.
     ``verify``, ``candidates``, ``candidate_sampling``, ``block_trials`` (2 to 10**7 replays per sequence):
     verification variants reported side by side.  ``progress_total(n)`` is called once with the units of work
     and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row counts one per
@@ -168,15 +225,14 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     batches = min(batches, trials)
     trials = int(-(-trials // batches) * batches)
     bt = _block_trials(block_trials, batches)
-    cost = _cost_model(draft_cost, verify_cost, ks)
+    pricing = _pricing(draft_cost, verify_cost, costs, ks)
     wanted = _draft_names(drafts)
     progress, progress_total = _check_callback("progress", progress), _check_callback("progress_total", progress_total)
     d, own = _open(dump, client)
     try:
-        names = d.drafts if wanted is None else wanted
-        for name in names:
-            if name not in d.drafts:
-                raise InvalidInput(f"{d.path}: no draft named {name!r}; the dump holds {', '.join(d.drafts)}")
+        if pricing is None and costs is None and getattr(d, "costs", None) is not None:
+            pricing = TablePricing(d.costs, "dump")
+        names, ngrams = _split_drafts(d, wanted, ks)
         if mode == "token" and d.kind != "dense":
             raise InvalidInput(f"{d.path}: token mode needs dense logits; this dump is sparse top-k (the "
                                "Bernoulli mode reports alpha bounds)")
@@ -187,25 +243,32 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
             raise InvalidInput(f"{d.path}: {what} needs the full target and draft distributions (dense logits); "
                                "this dump is sparse top-k: use token verification with one candidate, or a dense "
                                "dump")
-        if hasattr(d, "acceptance"):  # e.g. a sharded dump computing alpha on a cluster
+        if not names:
+            accs = {}
+        elif hasattr(d, "acceptance"):  # e.g. a sharded dump computing alpha on a cluster
             accs = d.acceptance(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names)
         else:
             accs = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names)
         lengths = d.lengths.astype(np.int64)
         row_ids = np.arange(d.N, dtype=np.int64) + int(getattr(d, "row_offset", 0))
-        config = {"k": ks, "drafts": list(names), "temperature": sp.temperature, "top_k": sp.top_k,
+        flags = pricing.model if isinstance(pricing, FlagPricing) else None
+        config = {"k": ks, "drafts": list(names) + list(ngrams), "temperature": sp.temperature, "top_k": sp.top_k,
                   "top_p": sp.top_p, "min_p": sp.min_p, "mode": mode, "trials": trials, "batches": batches,
-                  "seed": int(seed), "draft_cost": cost.draft_cost if cost else None,
-                  "verify_cost": cost.verify.describe() if cost else None, "sequences": int(d.N),
+                  "seed": int(seed), "draft_cost": flags.draft_cost if flags else None,
+                  "verify_cost": flags.verify.describe() if flags else None,
+                  "costs": pricing.describe() if pricing is not None else None, "sequences": int(d.N),
                   "positions": int(lengths.sum()), "vocab_size": d.V, "dump_kind": d.kind}
+        if ngrams:
+            config["ngram"] = {n: p.as_dict() for n, p in ngrams.items()}
         if extra:
             config["variants"] = [{"verify": v, "candidates": w} for v, w in variant_list]
             config["candidate_sampling"] = candidate_sampling
             config["block_trials"] = bt if ("block", 1) in variant_list else None
         if progress_total is not None:
             progress_total(len(names) * len(ks) * sum(_progress_units(d, mode, trials, bt, v, w)
-                                                      for v, w in variant_list))
-        ctx = _Context(d, lengths, row_ids, mode, trials, batches, seed, cost, sp, progress, bt, candidate_sampling)
+                                                      for v, w in variant_list) + len(ngrams) * d.N)
+        ctx = _Context(d, lengths, row_ids, mode, trials, batches, seed, pricing, sp, progress, bt,
+                       candidate_sampling)
         results: list[DraftKResult] = []
         summaries = {}
         for name in names:
@@ -220,12 +283,19 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
                         results.append(_one(ctx, name, acc, kk))
                     else:
                         results.append(_variant_row(ctx, name, acc, kk, v, w, betas))
-        best = _best(results, names, cost)
+        for name, proposer in ngrams.items():
+            results.extend(_ngram_rows(ctx, name, proposer, ks))
+        best = _best(results, list(names) + list(ngrams), pricing)
         shown = [a for a, on in (("candidates", any(w > 1 for _, w in variant_list)),
                                  ("block", ("block", 1) in variant_list)) if on]
-        assumptions = list(ASSUMPTIONS) + [VARIANT_ASSUMPTIONS[a] for a in shown]
-        warnings = sampling_warnings(d.metadata, sp) + _interval_warnings(results)
-        return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions)
+        assumptions = list(ASSUMPTIONS[:-1]) + [SPEEDUP_ASSUMPTIONS[
+            "none" if pricing is None else ("flags" if flags else "table")]]
+        assumptions += [VARIANT_ASSUMPTIONS[a] for a in shown] + ([NGRAM_ASSUMPTION] if ngrams else [])
+        warnings = (sampling_warnings(d.metadata, sp) + _interval_warnings(results)
+                    + _pricing_warnings(pricing, results, list(names) + list(ngrams)))
+        top = best_overall(results) if pricing is not None else None
+        return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions, top,
+                                verdict(top, pricing))
     finally:
         if own:
             d.close()
@@ -264,18 +334,39 @@ class _Context:
             self.progress(n)
 
 
-def _best(results, names, cost):
+def _best(results, names, pricing):
+    """{draft: the k with the highest speed-up among its token-verification rows} (None: not priced)."""
     best = {}
     for name in names:
         rows = [r for r in results if r.draft == name]
         base = [r for r in rows if r.verify == "token" and r.candidates == 1]
-        rows = base or [r for r in rows if r.speedup is not None] or rows  # best k: token verification rows
-        if cost is None:
+        rows = base or rows
+        priced = [r for r in rows if (r.speedup if r.speedup is not None else r.speedup_lower) is not None]
+        if pricing is None or not priced:
             best[name] = None
         else:
-            key = (lambda r: r.speedup) if rows[0].speedup is not None else (lambda r: r.speedup_lower)
-            best[name] = max(rows, key=lambda r: (key(r), -r.k)).k
+            best[name] = max(priced, key=lambda r: (r.speedup if r.speedup is not None else r.speedup_lower,
+                                                    -r.k)).k
     return best
+
+
+def _pricing_warnings(pricing, results, names) -> list[str]:
+    """Drafts or k the cost table cannot price (say so rather than print a blank)."""
+    if pricing is None:
+        return []
+    out = []
+    missing = [n for n in names if not pricing.covers(n)]
+    if missing:
+        out.append(f"the cost table has no entry for {', '.join(missing)}: no speed-up for "
+                   f"{'it' if len(missing) == 1 else 'them'} (measure with `fastspec cost`, or give --costs FILE)")
+    if isinstance(pricing, TablePricing):
+        ks = sorted({r.k for r in results if r.draft not in missing and r.speedup is None
+                     and r.speedup_lower is None})
+        if ks:
+            top = max(pricing.table.target_forward_s)
+            out.append(f"the cost table's target forwards reach {top} positions (k <= {top - 1}): no speed-up at "
+                       f"k = {', '.join(map(str, ks))}")
+    return out
 
 
 def _interval(mc, alpha, valid, exact=None):
@@ -322,20 +413,28 @@ def _agreement(mc, est, se, exact):
 
 def _one(ctx, name, acc, k) -> DraftKResult:
     """Token verification, one candidate: exact DP and a Monte-Carlo replay (or sparse bounds)."""
-    valid, cost = acc.valid, ctx.cost
+    valid, pricing = acc.valid, ctx.cost
     if not acc.exact:  # sparse: exact bounds only (the DP is monotone in every alpha_t)
         lo = expected_tokens_per_step(acc.lower, k, lengths=ctx.lengths)
         hi = expected_tokens_per_step(acc.upper, k, lengths=ctx.lengths)
         ctx.tick(len(ctx.lengths))
+        m_lo, _, h_lo = over_sequences(lo)
+        m_hi, _, h_hi = over_sequences(hi)
+        seq_ci = (float(m_lo - h_lo), float(m_hi + h_hi)) if math.isfinite(h_lo) and math.isfinite(h_hi) else None
         res = DraftKResult(
             draft=name, k=k, alpha=None, mean_acceptance_length=None, ci95=None, mean_acceptance_length_exact=None,
             draft_acceptance_rate=None, per_position_acceptance=None, accepted_length_histogram=None, speedup=None,
             alpha_lower=float(acc.lower[valid].mean()), alpha_upper=float(acc.upper[valid].mean()),
             mean_acceptance_length_lower=lo.mean_acceptance_length,
-            mean_acceptance_length_upper=hi.mean_acceptance_length)
-        if cost is not None:
-            res.speedup_lower = cost.speedup(lo.mean_acceptance_length, k)
-            res.speedup_upper = cost.speedup(hi.mean_acceptance_length, k)
+            mean_acceptance_length_upper=hi.mean_acceptance_length, ci95_sequences=seq_ci)
+        if pricing is not None:
+            a_lo, a_hi = _all_accepted(lo, k), _all_accepted(hi, k)
+            res.speedup_lower = pricing.speedup(name, lo.mean_acceptance_length, k, a_lo)
+            res.speedup_upper = pricing.speedup(name, hi.mean_acceptance_length, k, a_hi)
+            i_lo = speedup_interval(res.speedup_lower, m_lo, h_lo, pricing.relative_se(name, k, a_lo))
+            i_hi = speedup_interval(res.speedup_upper, m_hi, h_hi, pricing.relative_se(name, k, a_hi))
+            if i_lo is not None and i_hi is not None:
+                res.speedup_ci95 = (i_lo[0], i_hi[1])
         return res
     alpha = acc.alpha
     ex = expected_tokens_per_step(alpha, k, lengths=ctx.lengths)
@@ -348,36 +447,48 @@ def _one(ctx, name, acc, k) -> DraftKResult:
     z, bound, agrees = _agreement(mc, est, se, ex.mean_acceptance_length)
     a_mean = float(alpha[valid].mean())
     closed = expected_tokens_closed_form(a_mean, k)
+    m, se_m, half_m = over_sequences(ex)
+    ok = math.isfinite(half_m)
+    p_all = _all_accepted(ex, k)
+    s = pricing.speedup(name, ex.mean_acceptance_length, k, p_all) if pricing else None
     return DraftKResult(
         draft=name, k=k, alpha=a_mean, mean_acceptance_length_exact=ex.mean_acceptance_length,
-        speedup=cost.speedup(ex.mean_acceptance_length, k) if cost else None,
-        mc_vs_exact_z=z, mc_agrees_with_exact=agrees, mc_vs_exact_threshold=bound,
+        speedup=s, mc_vs_exact_z=z, mc_agrees_with_exact=agrees, mc_vs_exact_threshold=bound,
         draft_acceptance_rate_exact=ex.draft_acceptance_rate,
         per_position_acceptance_exact=ex.per_position_acceptance.tolist(),
         mean_acceptance_length_closed_form=closed,
-        speedup_closed_form=cost.speedup(closed, k) if cost else None,
-        token_check=mc.get("token_check"), **_mc_fields(mc, est, se, half))
+        speedup_closed_form=pricing.speedup(name, closed, k, a_mean ** k) if pricing else None,
+        token_check=mc.get("token_check"), ci95_sequences=(float(m - half_m), float(m + half_m)) if ok else None,
+        standard_error_sequences=float(se_m) if ok else None, p_all_accepted=p_all,
+        speedup_ci95=speedup_interval(s, m, half_m, pricing.relative_se(name, k, p_all)) if pricing else None,
+        **_mc_fields(mc, est, se, half))
+
+
+def _all_accepted(stats, k) -> float:
+    """Expected share of verify steps that accepted every draft (the last draft position's acceptance; a step near
+    the end that drafted fewer than k counts as not)."""
+    return float(stats.per_position_acceptance[k - 1]) if stats.steps > 0 else 0.0
 
 
 def _variant_row(ctx, name, acc, k, verify, w, betas) -> DraftKResult:
     """One (draft, k) row for block verification or w > 1 candidates per position."""
-    cost = ctx.cost
+    pricing = ctx.cost
     if verify == "token":
         # beta_t(w) replaces alpha_t: each position is drafted at most once and its w candidates are fresh, so
         # acceptance at t is an independent Bernoulli(beta_t(w)) and the DP and the Bernoulli replay apply unchanged.
         if w not in betas:
             betas[w] = runners.candidate_beta(ctx.d, name, ctx.sp, w, ctx.candidate_sampling, acc.valid)
-        beta_ctx = _Context(ctx.d, ctx.lengths, ctx.row_ids, "bernoulli", ctx.trials, ctx.batches, ctx.seed, cost,
+        beta_ctx = _Context(ctx.d, ctx.lengths, ctx.row_ids, "bernoulli", ctx.trials, ctx.batches, ctx.seed, None,
                             ctx.sp, ctx.progress, ctx.block_trials, ctx.candidate_sampling)
         res = _one(beta_ctx, name, DraftAcceptance(name, acc.valid, alpha=betas[w]), k)
         res.verify, res.candidates, res.candidate_sampling = "token", w, ctx.candidate_sampling
         res.mc_method = f"bernoulli replay of beta_t({w}) (exact per-position acceptance of {w} candidates)"
-        if cost is not None:
-            try:  # a tree of k*w drafted nodes: k draft forwards (one per depth), verify cost of k*w positions
-                res.speedup = res.mean_acceptance_length_exact / (k * cost.draft_cost + cost.verify(k * w))
-                res.speedup_closed_form = None
-            except InvalidInput:
-                res.speedup = None
+        if pricing is not None:  # a tree of k*w drafted nodes: k draft forwards (one per depth), k*w verified
+            res.speedup = pricing.tree_speedup(name, res.mean_acceptance_length_exact, k, w)
+            if res.ci95_sequences is not None:
+                m = res.mean_acceptance_length_exact
+                res.speedup_ci95 = speedup_interval(res.speedup, m, res.ci95_sequences[1] - m,
+                                                    pricing.relative_se(name, k))
         res.mean_acceptance_length_closed_form = None
         return res
     bt = ctx.block_trials
@@ -387,10 +498,33 @@ def _variant_row(ctx, name, acc, k, verify, w, betas) -> DraftKResult:
     # no exact figure to compare with; the token-verification row of the same (draft, k) is the reference
     return DraftKResult(
         draft=name, k=k, alpha=float(acc.alpha[acc.valid].mean()), mean_acceptance_length_exact=None,
-        speedup=cost.speedup(float(est), k) if cost else None, verify="block", candidates=1,
+        speedup=(pricing.speedup(name, float(est), k, float(mc["hist"][k] / max(int(mc["steps"].sum()), 1)))
+                 if pricing else None), verify="block", candidates=1,
         exact_reason=BLOCK_EXACT_REASON,
         mc_method=f"{bt} replays per sequence through verify_logits(method='block') (real drafted tokens)",
         **_mc_fields(mc, est, se, half))
+
+
+def _ngram_rows(ctx, name, proposer, ks) -> list[DraftKResult]:
+    """The n-gram draft's rows: exact expectations of the step-dependent replay (no Monte-Carlo)."""
+    rows = []
+    for r in ngram_replay(ctx.d, proposer, ks, ctx.sp, ctx.cost):
+        rows.append(DraftKResult(
+            draft=name, k=r["k"], alpha=None, mean_acceptance_length=r["mean_acceptance_length_exact"], ci95=None,
+            mean_acceptance_length_exact=r["mean_acceptance_length_exact"],
+            draft_acceptance_rate=r["draft_acceptance_rate_exact"],
+            per_position_acceptance=r["per_position_acceptance_exact"], accepted_length_histogram=None,
+            speedup=r["speedup"], draft_acceptance_rate_exact=r["draft_acceptance_rate_exact"],
+            per_position_acceptance_exact=r["per_position_acceptance_exact"],
+            verify_steps=None, exact_reason=None,
+            mc_method="none: the n-gram replay is computed exactly (dynamic programming over step starts)",
+            ci95_sequences=tuple(r["ci95_sequences"]) if r["ci95_sequences"] else None,
+            standard_error_sequences=r["standard_error_sequences"],
+            speedup_ci95=tuple(r["speedup_ci95"]) if r["speedup_ci95"] else None,
+            p_all_accepted=r["p_all_accepted"], plain_steps=r["plain_steps"],
+            tokens_per_target_forward=r["tokens_per_target_forward"], off_record=r["off_record"]))
+    ctx.tick(ctx.d.N)
+    return rows
 
 
 class _CallableModule(types.ModuleType):

@@ -17,8 +17,9 @@ whenever the accepted draft *is* the recorded token; ``off_record`` is the expec
 are not (there the real loop would continue from another context) -- the size of the assumption's reach.
 
 Costs (:mod:`fastspec.costs`): a step costs the proposer's call + a target forward over d + 1 tokens + fastspec's
-overhead(d); plain decoding costs target(1) + overhead(0) per token.  The speed-up is plain time / expected time
-for the same tokens.
+overhead(d) (d = 0: the call, then a plain step); plain decoding costs target(1) + overhead(0) per token.  With
+relative costs (``draft_cost`` c, ``verify_cost``) a step costs c + verify(d), a plain step 1.  The speed-up is
+plain time / expected time for the same tokens.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ..ngram import NgramProposer
 from ..processing import kernel_view
 from ..stats import ratio_ci
 
-__all__ = ["ngram_replay", "parse_ngram_draft", "NGRAM_ASSUMPTION"]
+__all__ = ["ngram_replay", "parse_ngram_draft", "ngram_name", "NGRAM_ASSUMPTION"]
 
 NGRAM_ASSUMPTION = ("n-gram draft: proposals from the recorded prompt + generated tokens; draft j of a step is "
                     "accepted with the recorded target probability of the proposed token (q one-hot); exact under "
@@ -41,16 +42,24 @@ NGRAM_ASSUMPTION = ("n-gram draft: proposals from the recorded prompt + generate
 
 
 def parse_ngram_draft(spec: str, k: int) -> NgramProposer | None:
-    """``"ngram"`` -> n in [1, 3]; ``"ngramA-B"`` or ``"ngram:A-B"`` -> n in [A, B]; anything else -> None."""
+    """``"ngram"`` -> n in [1, 3]; ``"ngramA-B"``, ``"ngram:A-B"`` or ``"ngram[A-B]"`` -> n in [A, B]; a spec not
+    starting with "ngram" -> None (a model draft's name)."""
     if not isinstance(spec, str) or not spec.startswith("ngram"):
         return None
     rest = spec[5:].lstrip(":")
+    if rest.startswith("[") and rest.endswith("]"):
+        rest = rest[1:-1]
     if not rest:
         return NgramProposer(k)
     lo, sep, hi = rest.partition("-")
     if not (sep and lo.isdigit() and hi.isdigit()):
         raise InvalidInput(f"draft {spec!r}: write ngram or ngramMIN-MAX (e.g. ngram1-3)")
     return NgramProposer(k, int(lo), int(hi))
+
+
+def ngram_name(proposer: NgramProposer) -> str:
+    """The draft name of an n-gram proposer in results and cost tables: ``"ngram1-3"``."""
+    return f"ngram{proposer.min_n}-{proposer.max_n}"
 
 
 def _contexts(d):
@@ -103,40 +112,49 @@ def _betas(d, drafts, num, sp):
     return beta
 
 
-def ngram_replay(d, proposer: NgramProposer, ks, sp, loop_cost=None) -> list[dict]:
+def ngram_replay(d, proposer: NgramProposer, ks, sp, pricing=None) -> list[dict]:
     """Expected figures of the n-gram draft for every k of ``ks`` (one dict per k; see the module docstring).
 
     ``d``: an open dense dump with prompt and generated tokens; ``sp``: the SamplingParams analysed;
-    ``loop_cost``: a :class:`fastspec.costs.LoopCost` for the proposer (None: no speed-up)."""
+    ``pricing``: a :class:`fastspec.simulate.speedup.Pricing` (None: no speed-up; a cost table without an n-gram
+    entry, or that does not reach k + 1 target positions, gives no speed-up at that k).  Intervals are over the
+    recorded sequences (prompts as clusters); the speed-up's also carries the cost table's standard errors."""
     if d.kind != "dense" and not sp.greedy:
         raise InvalidInput(f"{d.path}: n-gram analysis of a sparse top-k dump needs temperature 0 (the proposed "
                            "token's probability is not known from top-k lists)")
+    from .speedup import speedup_interval
+
     kmax = max(ks)
     drafts, num, matches = _proposals(d, proposer, kmax)
     beta = _betas(d, drafts, num, sp)
     lengths = d.lengths.astype(np.int64)
     out = []
+    name = ngram_name(proposer)
     for k in ks:
-        cost = np.ones(kmax + 1)
-        if loop_cost is not None:
-            cost = np.array([loop_cost.plain_step_s() if j == 0 else loop_cost.step_s(j) for j in range(kmax + 1)])
-            cost[0] += loop_cost.table.draft_forward_s[loop_cost.draft][1]  # the proposer runs before a plain step
+        priced = pricing.ngram_costs(name, k) if pricing is not None else None
+        cost = priced[0] if priced is not None else None
         totals = np.empty((d.N, N_STEPWISE))
         per_pos = np.empty((d.N, k))
-        expected_counts_stepwise(beta, num, matches, lengths, k, cost, totals, per_pos)
+        expected_counts_stepwise(beta, num, matches, lengths, k, cost if cost is not None else np.ones(k + 1),
+                                 totals, per_pos)
         tot = totals.sum(0)
         steps, acc = tot[SW_STEPS], tot[SW_ACCEPTED]
-        res = {"draft": proposer.describe(), "k": k, "verify_steps": steps, "plain_steps": tot[SW_PLAIN],
+        m, se_m, half_m = ratio_ci(totals[:, SW_ACCEPTED] + totals[:, SW_STEPS], totals[:, SW_STEPS])
+        ok = steps > 0 and np.isfinite(half_m)
+        res = {"draft": ngram_name(proposer), "k": k, "verify_steps": steps, "plain_steps": tot[SW_PLAIN],
                "mean_acceptance_length_exact": 1.0 + acc / steps if steps > 0 else 1.0,
+               "ci95_sequences": [float(m - half_m), float(m + half_m)] if ok else None,
+               "standard_error_sequences": float(se_m) if ok else None,
                "draft_acceptance_rate_exact": acc / tot[SW_DRAFTED] if tot[SW_DRAFTED] > 0 else 0.0,
                "per_position_acceptance_exact": (per_pos.sum(0) / steps if steps > 0 else np.zeros(k)).tolist(),
                "tokens_per_target_forward": float(lengths.sum() / (steps + tot[SW_PLAIN])),
                "p_all_accepted": tot[SW_ALL_ACCEPTED] / steps if steps > 0 else 0.0,
                "off_record": tot[SW_OFF_RECORD] / acc if acc > 0 else 0.0, "speedup": None, "speedup_ci95": None}
-        if loop_cost is not None:
-            plain = loop_cost.plain_step_s()
+        if cost is not None:
+            plain = priced[1]
             est, _, half = ratio_ci(lengths * plain, totals[:, SW_TIME])
             res["speedup"] = float(lengths.sum() * plain / tot[SW_TIME])
-            res["speedup_ci95"] = [float(est - half), float(est + half)] if np.isfinite(half) else None
+            ci = speedup_interval(res["speedup"], est, half, pricing.relative_se(name, k))
+            res["speedup_ci95"] = list(ci) if ci is not None else None
         out.append(res)
     return out

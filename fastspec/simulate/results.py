@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DraftKResult", "SimulationResult", "ASSUMPTIONS", "VARIANT_ASSUMPTIONS", "BLOCK_EXACT_REASON"]
+__all__ = ["DraftKResult", "SimulationResult", "ASSUMPTIONS", "VARIANT_ASSUMPTIONS", "BLOCK_EXACT_REASON",
+           "SPEEDUP_ASSUMPTIONS"]
 
 
 @dataclass
@@ -41,10 +42,24 @@ class DraftKResult:
     exact_reason: str | None = None
     mc_method: str | None = None
     mc_vs_exact_threshold: float | None = None
+    #: 95% interval of the exact mean acceptance length over the recorded sequences (prompts as clusters); for a
+    #: sparse dump from the lower bound's low end to the upper bound's high end
+    ci95_sequences: tuple[float, float] | None = None
+    standard_error_sequences: float | None = None
+    #: 95% interval of the speed-up: sequences and measured costs (fastspec.simulate.speedup)
+    speedup_ci95: tuple[float, float] | None = None
+    #: expected share of verify steps that accepted every draft (the draft then catches up on two tokens)
+    p_all_accepted: float | None = None
+    #: n-gram drafts: verify steps with no proposal (plain target steps), tokens per target forward, and the share
+    #: of accepted drafts that differ from the recorded tokens (the reach of the trajectory-replay assumption)
+    plain_steps: float | None = None
+    tokens_per_target_forward: float | None = None
+    off_record: float | None = None
 
     def as_dict(self) -> dict:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
-        d["ci95"] = list(self.ci95) if self.ci95 is not None else None
+        for f in ("ci95", "ci95_sequences", "speedup_ci95"):
+            d[f] = list(d[f]) if d[f] is not None else None
         return d
 
 
@@ -59,11 +74,15 @@ class SimulationResult:
     warnings: list[str]
     alpha_summary: dict[str, dict]
     assumptions: list[str]
+    #: the (draft, k, variant) with the highest predicted speed-up over every row (None: no costs)
+    best_overall: dict | None = None
+    #: one plain sentence on what the best draft buys (or why no speed-up was computed)
+    verdict: str = ""
 
     def as_dict(self) -> dict:
         return {"dump": self.dump, "config": self.config, "results": [r.as_dict() for r in self.results],
-                "best": self.best, "warnings": self.warnings, "alpha_summary": self.alpha_summary,
-                "assumptions": self.assumptions}
+                "best": self.best, "best_overall": self.best_overall, "verdict": self.verdict,
+                "warnings": self.warnings, "alpha_summary": self.alpha_summary, "assumptions": self.assumptions}
 
     @property
     def disagreements(self) -> list[DraftKResult]:
@@ -80,8 +99,21 @@ ASSUMPTIONS = [
     "target step and is not counted",
     "ci95: batch means over independent groups of trials (Monte-Carlo uncertainty given the recorded "
     "trajectories, not uncertainty over prompts)",
+    "ci95_sequences: the exact expectation's uncertainty over the recorded sequences (prompts as clusters, ratio of "
+    "totals, Student t): how far another draw of prompts like these could move tokens per step",
     "speedup = tokens per verify step / (k * draft_cost + verify_cost(k)), costs relative to one target forward",
 ]
+
+#: the speed-up line of ASSUMPTIONS for each pricing source (fastspec.simulate.speedup)
+SPEEDUP_ASSUMPTIONS = {
+    "flags": ASSUMPTIONS[-1],
+    "table": "speedup = tokens per verify step x plain step / step(k), with plain = target(1) + overhead(0) and "
+    "step(k) = draft(1 + a) + (k - 1) draft(1) + target(k + 1) + overhead(k) in measured seconds (the real loop's "
+    "calls, fastspec.costs; a: the share of steps that accepted every draft); an n-gram step costs one lookup "
+    "call + target(d + 1) + overhead(d) for its d proposed tokens",
+    "none": "speedup not computed: no costs (the dump records none and neither a cost table nor relative costs "
+    "were given)",
+}
 
 VARIANT_ASSUMPTIONS = {
     "candidates": "candidates w > 1: at each drafted position w fresh candidates are judged by recursive rejection "

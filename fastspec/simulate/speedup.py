@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..costs import CostTable
 from ..errors import InvalidInput
 from ..stats import ratio_ci
@@ -41,6 +43,11 @@ class Pricing:
 
     def tree_speedup(self, draft: str, m: float, k: int, w: int) -> float | None:
         """w candidates per depth: k draft forwards, one target forward over k w + 1 positions."""
+        raise NotImplementedError
+
+    def ngram_costs(self, draft: str, k: int) -> tuple[np.ndarray, float] | None:
+        """(cost of a step proposing j = 0..k tokens -- j = 0: the lookup found nothing, a plain step after the
+        proposer's call --, cost of a plain decoding step) for a proposer without a model; None if not priced."""
         raise NotImplementedError
 
     def relative_se(self, draft: str, k: int, p_all_accepted: float = 0.0) -> float:  # noqa: ARG002 (one interface for both pricings)
@@ -67,6 +74,13 @@ class FlagPricing(Pricing):
         except InvalidInput:  # a verify-cost table without k*w
             return None
 
+    def ngram_costs(self, draft, k):  # noqa: ARG002 (one interface for both pricings)
+        c = self.model.draft_cost  # one proposer call per step
+        try:
+            return np.array([1.0 + c] + [c + self.model.verify(j) for j in range(1, k + 1)]), 1.0
+        except InvalidInput:
+            return None
+
     def describe(self):
         return {"source": "flags", "draft_cost": self.model.draft_cost, "verify_cost": self.model.verify.describe()}
 
@@ -78,11 +92,26 @@ class TablePricing(Pricing):
         self.table = table
         self.source = source
 
+    def key(self, draft: str) -> str | None:
+        """The table's entry for ``draft``: its own name; for an n-gram draft ("ngram1-3") also the entry "ngram"
+        or any one-call entry whose name starts with "ngram"; None when the table has none."""
+        t = self.table
+        if draft in t.draft_forward_s:
+            return draft
+        if draft.startswith("ngram"):
+            if "ngram" in t.draft_forward_s:
+                return "ngram"
+            for name in t.draft_forward_s:
+                if name.startswith("ngram") and name in t.one_call:
+                    return name
+        return None
+
     def covers(self, draft):
-        return draft in self.table.draft_forward_s
+        return self.key(draft) is not None
 
     def _loop(self, draft):
-        return self.table.loop_cost(draft) if self.covers(draft) else None
+        key = self.key(draft)
+        return self.table.loop_cost(key) if key is not None else None
 
     def speedup(self, draft, m, k, p_all_accepted=0.0):
         loop = self._loop(draft)
@@ -101,8 +130,8 @@ class TablePricing(Pricing):
         n = k * w + 1
         if n not in t.target_forward_s:
             return None
-        d1 = t.draft_forward_s[draft][1]
-        drafting = d1 if draft in t.one_call else k * d1
+        d1 = t.draft_forward_s[loop.draft][1]
+        drafting = d1 if loop.draft in t.one_call else k * d1
         over = t.overhead_s.get(k, t.overhead_s[max(t.overhead_s)])
         return m * loop.plain_step_s() / (drafting + t.target_forward_s[n] + over)
 
@@ -114,6 +143,17 @@ class TablePricing(Pricing):
             return loop.relative_se(k, p_all_accepted)
         except InvalidInput:
             return 0.0
+
+    def ngram_costs(self, draft, k):
+        loop = self._loop(draft)
+        if loop is None:
+            return None
+        try:
+            cost = np.array([loop.plain_step_s() if j == 0 else loop.step_s(j) for j in range(k + 1)])
+        except InvalidInput:  # the table does not reach k + 1 target positions
+            return None
+        cost[0] += self.table.draft_forward_s[loop.draft][1]  # the proposer runs before a plain step too
+        return cost, loop.plain_step_s()
 
     def missing_k(self, ks) -> list[int]:
         """The k whose verify forward (k + 1 target positions) the table lacks."""
@@ -137,7 +177,7 @@ def speedup_interval(s: float | None, m: float, m_half: float, cost_rel_se: floa
     if s is None or not (m > 0) or not math.isfinite(m_half):
         return None
     rel = math.sqrt((m_half / m) ** 2 + (Z95 * cost_rel_se) ** 2)
-    return (s * (1.0 - rel), s * (1.0 + rel))
+    return (float(s * (1.0 - rel)), float(s * (1.0 + rel)))
 
 
 def best_overall(results) -> dict | None:
@@ -181,7 +221,9 @@ def verdict(best: dict | None, pricing: Pricing | None) -> str:
         shown = f"{s:.2f}x" + (f" (95% interval {lo:.2f}-{hi:.2f})" if ci is not None else "")
     else:
         lo, hi = best["speedup_lower"], best["speedup_upper"]
-        shown = f"{lo:.2f}x-{hi:.2f}x (bounds from a sparse dump)"
+        shown = f"{lo:.2f}x-{hi:.2f}x (bounds from a sparse dump"
+        shown += f"; 95% interval {ci[0]:.2f}-{ci[1]:.2f})" if ci is not None else ")"
+        lo, hi = ci if ci is not None else (lo, hi)
     if lo > 1.0:
         what = "faster than plain decoding"
     elif hi < 1.0:
