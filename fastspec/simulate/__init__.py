@@ -91,24 +91,25 @@ def _cost_model(draft_cost, verify_cost, ks):
     return cost
 
 
-def _open(dump, client):
+def _open(dump, client, verify_integrity):
     """(dump object, whether we opened it)."""
     if hasattr(dump, "iter_chunks"):
         return dump, False
     if client is not None or os.path.isdir(os.fspath(dump)):  # a directory of shards / a Dask client
         from ..shards import load_any
 
-        return load_any(dump, client=client), True
+        return load_any(dump, client=client, verify_integrity=verify_integrity), True
     from ..io import load_dump
 
-    return load_dump(dump), True
+    return load_dump(dump, verify_integrity=verify_integrity), True
 
 
 def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None, min_p=None,
              mode: str = "bernoulli", trials: int | None = None, seed: int = 0, draft_cost=None,
              verify_cost=None, batches: int = DEFAULT_BATCHES, progress: Callable[[int], None] | None = None,
              progress_total: Callable[[int], None] | None = None, client=None, verify="token", candidates=1,
-             candidate_sampling: str = "iid", block_trials: int | None = None) -> SimulationResult:
+             candidate_sampling: str = "iid", block_trials: int | None = None,
+             verify_integrity: bool = True) -> SimulationResult:
     """Simulate speculative decoding of each draft in ``dump`` against its target, for each k.
 
     ``dump``: a path (a dump, or a directory of shards) or an open :class:`fastspec.io.Dump`.  ``k``: an int, a
@@ -118,6 +119,8 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     to one target forward) and ``verify_cost`` (:meth:`VerifyCost.parse`) define the cost model; without
     either, ``speedup`` is None.  ``client``: a ``dask.distributed.Client`` for the alpha pass.  ``verify``,
     ``candidates``, ``candidate_sampling``, ``block_trials``: verification variants reported side by side.
+    ``verify_integrity``: a dump opened from a path checks the CRC-32 of its stored ``.npz`` members as they are
+    read (default); False skips that (an open dump keeps the setting it was loaded with).
     """
     ks = parse_k_list(k)
     variant_list = _variants(verify, candidates, candidate_sampling)
@@ -128,7 +131,7 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     trials = int(-(-trials // batches) * batches)
     bt = _block_trials(block_trials, batches)
     cost = _cost_model(draft_cost, verify_cost, ks)
-    d, own = _open(dump, client)
+    d, own = _open(dump, client, verify_integrity)
     try:
         names = d.drafts if not drafts else tuple(drafts)
         for name in names:
