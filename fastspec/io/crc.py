@@ -1,10 +1,10 @@
 """CRC-32 (zlib's) of large buffers on several cores.
 
 ``zlib.crc32`` runs at a few GB/s on one core and releases the GIL, so a large buffer is cut into blocks whose
-CRCs are computed by a thread pool and joined with zlib's ``crc32_combine`` rule: appending ``n`` bytes to a
-message multiplies its CRC register by a fixed GF(2) matrix (the operator of ``n`` zero bytes, built from the
-one-bit operator by repeated squaring, cached per length), then XORs the CRC of the appended bytes.  The result
-is bit for bit ``zlib.crc32`` of the whole buffer.
+CRCs are computed by a thread pool (one thread per core, at most :data:`MAX_THREADS`) and joined with zlib's
+``crc32_combine`` rule: appending ``n`` bytes to a message multiplies its CRC register by a fixed GF(2) matrix
+(the operator of ``n`` zero bytes, built from the one-bit operator by repeated squaring, cached per length),
+then XORs the CRC of the appended bytes.  The result is bit for bit ``zlib.crc32`` of the whole buffer.
 """
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ __all__ = ["crc32", "BLOCK"]
 
 #: bytes per block handed to a thread (large enough that joining costs nothing next to computing)
 BLOCK = 8 << 20
+#: at most this many threads: beyond it memory bandwidth, not the CPU, bounds a CRC, and every thread reserves
+#: address space (a stack, a malloc arena)
+MAX_THREADS = 8
 _POLY = 0xEDB88320  # CRC-32's reflected polynomial
 _IDENTITY = tuple(1 << i for i in range(32))
 _pool: ThreadPoolExecutor | None = None
@@ -35,7 +38,7 @@ def _threads() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_cores(), thread_name_prefix="fastspec-crc32")
+            _pool = ThreadPoolExecutor(max_workers=min(_cores(), MAX_THREADS), thread_name_prefix="fastspec-crc32")
         return _pool
 
 
