@@ -8,8 +8,8 @@ from rich.table import Table
 
 from ._common import fail, print_json, stdout_console
 from ._dask import open_scheduler
-from ._options import (check_sampling, dump_argument, json_option, k_option, min_p_option, parse_k, scheduler_option,
-                       temperature_option, top_k_option, top_p_option)
+from ._options import (check_sampling, dump_argument, integrity_option, json_option, k_option, min_p_option, parse_k,
+                       scheduler_option, temperature_option, top_k_option, top_p_option)
 from .main import app
 
 
@@ -31,6 +31,7 @@ def inspect_command(
     k: str = k_option("4", "Expected tokens per step (trajectory DP) are shown for each."),
     as_json: bool = json_option("Machine-readable JSON on stdout."),
     scheduler: Optional[str] = scheduler_option(),
+    integrity: bool = integrity_option(),
 ) -> None:
     """Show the arrays, shapes and drafts of a dump, and each draft's acceptance rate α."""
     from fastspec.acceptance import alpha_summary, dump_acceptance, expected_tokens_per_step, resolve_sampling
@@ -40,7 +41,7 @@ def inspect_command(
     given = check_sampling(temperature, top_k, top_p, min_p)
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
-    with open_scheduler(scheduler) as client, load_any(dump, client=client) as d:
+    with open_scheduler(scheduler) as client, load_any(dump, client=client, verify_integrity=integrity) as d:
         info = d.describe()
         settings = resolve_sampling(d, **given).as_dict()
         acc = d.acceptance if hasattr(d, "acceptance") else (lambda **kw: dump_acceptance(d, **kw))

@@ -9,8 +9,9 @@ from rich.table import Table
 
 from ._common import EXIT_RUNTIME, fail, print_json, progress_bar, stderr_console, stdout_console
 from ._dask import open_scheduler
-from ._options import (check_sampling, check_seed, dump_argument, json_option, k_option, min_p_option, option_errors,
-                       parse_k, scheduler_option, seed_option, temperature_option, top_k_option, top_p_option)
+from ._options import (check_sampling, check_seed, dump_argument, integrity_option, json_option, k_option,
+                       min_p_option, option_errors, parse_k, scheduler_option, seed_option, temperature_option,
+                       top_k_option, top_p_option)
 from .main import app
 
 
@@ -66,6 +67,7 @@ def simulate_command(
                                        "vs k, and per-position acceptance (needs matplotlib: pip install "
                                        "'fastspec[plot]')."),
     scheduler: Optional[str] = scheduler_option(),
+    integrity: bool = integrity_option(),
 ) -> None:
     """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
     from fastspec.simulate import AGREEMENT_FALSE_ALARM, VerifyCost, simulate
@@ -115,7 +117,8 @@ def simulate_command(
                            draft_cost=draft_cost, verify_cost=verify_cost, progress=advance, progress_total=set_total,
                            client=client, verify=verify, candidates=candidates,
                            candidate_sampling=candidate_sampling, block_trials=block_trials,
-                           costs=False if costs is not None and table is None else table)
+                           costs=False if costs is not None and table is None else table,
+                           verify_integrity=integrity)
     finally:
         if stop is not None:
             stop()

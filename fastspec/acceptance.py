@@ -175,27 +175,32 @@ def resolve_sampling(dump, temperature=None, top_k=None, top_p=None, min_p=None)
 
 
 def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None,
-                    max_bytes=None) -> dict[str, DraftAcceptance]:
+                    max_bytes=None, verify_integrity: bool | None = None) -> dict[str, DraftAcceptance]:
     """alpha at every valid position of a dump, per draft, reading ``max_bytes`` per array at a time.
 
     ``dump``: a :class:`fastspec.io.Dump` or a path.  Sampling settings default to the dump's recorded metadata
     (:func:`resolve_sampling`).  Dense dumps give exact alpha; sparse dumps give the [lower, upper] interval.
+    ``verify_integrity``: check the CRC-32 of the stored ``.npz`` members the pass reads (the target's and the
+    selected drafts'), as they are read; default: the dump's setting (True for a path).
     Extra memory: one chunk per array plus O(N T) float64 outputs per draft.
     """
     from .config import DEFAULT_CHUNK_BYTES
     from .io import load_dump
+    from .io.dump import check_max_bytes
 
+    max_bytes = DEFAULT_CHUNK_BYTES if max_bytes is None else check_max_bytes(max_bytes)
     own = not hasattr(dump, "iter_chunks")
-    d = load_dump(dump) if own else dump
+    d = load_dump(dump, verify_integrity=True if verify_integrity is None else verify_integrity) if own else dump
     try:
         sp = resolve_sampling(d, temperature, top_k, top_p, min_p)
-        names = d.drafts if drafts is None else tuple(drafts)
+        names = d.select_drafts(drafts)
         N, T = d.N, d.T
         valid2 = np.arange(T)[None, :] < d.lengths[:, None]
         dense = d.kind == "dense"
         res = {n: (DraftAcceptance(n, valid2, alpha=np.zeros((N, T))) if dense else
                    DraftAcceptance(n, valid2, lower=np.zeros((N, T)), upper=np.zeros((N, T)))) for n in names}
-        for ch in d.iter_chunks(drafts=names, max_bytes=max_bytes or DEFAULT_CHUNK_BYTES, validate=not dense):
+        for ch in d.iter_chunks(drafts=names, max_bytes=max_bytes, validate=not dense,
+                                verify_integrity=verify_integrity):
             valid = np.ascontiguousarray(ch.valid)
             params = sp.rows(ch.stop - ch.start)
             for n in names:

@@ -14,6 +14,14 @@ ALPHA_SCRATCH_MAX_V = 1 << 20
 # ---- dumps
 #: rows are read in chunks of at most this many bytes per array (peak extra memory is O(chunk))
 DEFAULT_CHUNK_BYTES = 64 << 20
+#: the largest chunk a caller may ask for (``max_bytes``): a chunk is mapped or decompressed at once, and nothing
+#: is gained above a few hundred MiB, so a larger value is a mistake (e.g. 64 << 40 for 64 << 20)
+MAX_CHUNK_BYTES = 1 << 34
+#: absurd shapes, refused from the header: positions (N * T) per file (the α results alone take 8 bytes per
+#: position and draft), and the last dimension of a role array (V or the top-k width; real vocabularies are
+#: below 2**18, and one row must fit in one chunk)
+MAX_POSITIONS = 1 << 32
+MAX_WIDTH = 1 << 24
 #: a deflated member declaring more than this ratio of its compressed size is treated as a zip bomb
 MAX_DEFLATE_RATIO = 1000
 #: Fortran-ordered members (and members that must be read whole) larger than this are refused

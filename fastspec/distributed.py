@@ -112,7 +112,7 @@ def alpha_task(path: str, params: dict, threads, expect) -> dict:
         if n_threads is not None:
             numba.set_num_threads(n_threads)
         try:
-            with load_dump(path) as d:
+            with load_dump(path, verify_integrity=params.get("verify_integrity", True)) as d:
                 if (d.N, d.T) != tuple(expect):
                     raise DumpFormatError(f"{path}: holds N={d.N}, T={d.T} but N={expect[0]}, T={expect[1]} when "
                                           "the shard set was opened; the shard changed (or a worker sees another file)")

@@ -11,7 +11,10 @@ that does not answer, a bug -- is a runtime failure (exit code 1).
 """
 from __future__ import annotations
 
-__all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError"]
+import numbers
+
+__all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
+           "check_int"]
 
 
 class FastspecError(Exception):
@@ -36,3 +39,14 @@ class DumpNotFound(InvalidInput, FileNotFoundError):
 
 class ClusterError(FastspecError, RuntimeError):
     """A Dask cluster failed or could not be reached (a runtime failure, not bad input)."""
+
+
+def check_int(name: str, value, low: int, high: int | None = None) -> int:
+    """``value`` as an ``int`` when it is an integer (not a bool) in ``[low, high]`` (no upper bound when ``high`` is
+    None); otherwise InvalidType (not an integer) or InvalidInput (out of range), naming ``name``."""
+    want = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidType(f"{name} = {value!r} must be {want}")
+    if value < low or (high is not None and value > high):
+        raise InvalidInput(f"{name} = {value!r} must be {want}")
+    return int(value)

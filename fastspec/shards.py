@@ -13,7 +13,10 @@ For a directory ``D``:
 * ``D`` directly holds ``.npy`` files -> ``D`` is ONE dump (the directory-of-``.npy`` layout of
   ``data/README.md``); nothing else in it is looked at;
 * otherwise, its shards are the ``.npz`` files in ``D`` and the subdirectories of ``D`` that hold at least
-  one ``.npy`` file; other entries (and names starting with ``.``) are ignored.  No shard -> ``DumpFormatError``.
+  one ``.npy`` entry (symbolic links followed); names starting with ``.`` are ignored, and so are other regular
+  files and directories without ``.npy`` entries.  Any other entry -- a FIFO, a socket, a device, a dangling
+  symbolic link -- is refused by name (``DumpFormatError``): it could be a shard, and an answer without it would
+  be partial.  No shard -> ``DumpFormatError``.  Nothing is opened to decide (``os.stat`` only).
 
 Shards are ordered by *natural* name order (``shard-2`` before ``shard-10``; zero-padded names sort the
 same either way).  That order defines the global row ids.
@@ -40,8 +43,10 @@ import numpy as np
 
 from ._numba.jit import SOURCE_FINGERPRINT as CODE_FINGERPRINT  # the code identity workers are checked against
 from .distributed import TASK_PREFIX, alpha_task, check_part, run_on_cluster
-from .errors import DumpFormatError, DumpNotFound, FastspecError, InvalidInput, InvalidType
+from .errors import DumpFormatError, DumpNotFound, FastspecError, InvalidInput, check_int
 from .io import DEFAULT_CHUNK_BYTES, ArrayInfo, Chunk, Dump, DumpBase, load_dump
+from .io.dump import check_max_bytes
+from .io.files import DIRECTORY, REGULAR, entry_kind
 from .io.format import kinds_of
 
 __all__ = ["ShardedDump", "load_any", "is_sharded", "list_shards", "TASK_PREFIX", "CODE_FINGERPRINT"]
@@ -51,24 +56,49 @@ def _natural_key(name: str):
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name)]
 
 
-def _has_npy(path: str) -> bool:
+def _entries(path: str) -> list[str]:
+    """The names in directory ``path`` that do not start with '.'."""
     try:
-        return any(f.endswith(".npy") and not f.startswith(".") and os.path.isfile(os.path.join(path, f))
-                   for f in os.listdir(path))
-    except OSError:
-        return False
+        return [f for f in os.listdir(path) if not f.startswith(".")]
+    except OSError as exc:
+        raise DumpFormatError(f"{path}: cannot list the directory ({exc.strerror})") from None
+
+
+def _has_npy(path: str) -> bool:
+    """Whether directory ``path`` holds a ``.npy`` entry of any kind (the loader refuses those that are not
+    regular files, so none is silently skipped)."""
+    return any(f.endswith(".npy") for f in _entries(path))
+
+
+def _scan(path: str) -> tuple[list[str], list[str]]:
+    """(shard names, "NAME is WHAT" for each entry that is neither a regular file nor a directory) of ``path``."""
+    shards, refused = [], []
+    for f in _entries(path):
+        full = os.path.join(path, f)
+        kind = entry_kind(full)
+        if kind == REGULAR or kind == DIRECTORY:
+            if (f.endswith(".npz") and kind == REGULAR) or (kind == DIRECTORY and _has_npy(full)):
+                shards.append(f)
+        else:
+            refused.append(f"{f} is {kind}")
+    return shards, refused
 
 
 def is_sharded(path) -> bool:
-    """True when ``path`` is a directory of shards (see the layout rule in the module docstring)."""
+    """True when ``path`` is a directory of shards (see the layout rule in the module docstring), including one
+    whose entries :func:`list_shards` refuses."""
     path = os.fspath(path)
     if not os.path.isdir(path) or _has_npy(path):
         return False
-    return bool(list_shards(path, strict=False))
+    shards, refused = _scan(path)
+    return bool(shards or refused)
 
 
 def list_shards(path, *, strict: bool = True) -> list[str]:
-    """The shard paths of directory ``path`` in shard order (natural name order)."""
+    """The shard paths of directory ``path`` in shard order (natural name order).
+
+    An entry that is neither a regular file nor a directory is refused (DumpFormatError naming it); with
+    ``strict``, so is a directory without shards."""
     path = os.fspath(path)
     if not os.path.isdir(path):
         if not os.path.exists(path):
@@ -77,31 +107,29 @@ def list_shards(path, *, strict: bool = True) -> list[str]:
     if _has_npy(path):
         raise InvalidInput(f"{path}: holds .npy files, so it is one dump (directory of .npy), not a directory of "
                            "shards")
-    out = []
-    for f in os.listdir(path):
-        if f.startswith("."):
-            continue
-        full = os.path.join(path, f)
-        if (f.endswith(".npz") and os.path.isfile(full)) or (os.path.isdir(full) and _has_npy(full)):
-            out.append(f)
+    out, refused = _scan(path)
+    if refused:
+        raise DumpFormatError(f"{path}: entry {refused[0]}; a shard set holds .npz files and directories of .npy "
+                              "files (names starting with '.' are ignored): remove or replace it")
     if strict and not out:
         raise DumpFormatError(f"{path}: no shards found; expected .npz files or subdirectories of .npy files "
                               "(or .npy files, for a single dump)")
     return [os.path.join(path, f) for f in sorted(out, key=_natural_key)]
 
 
-def load_any(path, *, client=None, threads_per_worker: int | None = None, retries: int = 2):
+def load_any(path, *, client=None, threads_per_worker: int | None = None, retries: int = 2,
+             verify_integrity: bool = True):
     """Open ``path`` as a :class:`fastspec.io.Dump` or, for a directory of shards, a :class:`ShardedDump`.
 
     With a ``client``, a single dump is opened as a one-shard :class:`ShardedDump` so that its α pass
-    runs on the cluster as well.
+    runs on the cluster as well.  ``verify_integrity``: as in :func:`fastspec.io.load_dump`.
     """
     path = os.fspath(path)
-    if is_sharded(path):
-        return ShardedDump(path, client=client, threads_per_worker=threads_per_worker, retries=retries)
-    if client is not None:
-        return ShardedDump([path], client=client, threads_per_worker=threads_per_worker, retries=retries)
-    return load_dump(path)
+    sharded = is_sharded(path)
+    if sharded or client is not None:
+        return ShardedDump(path if sharded else [path], client=client, threads_per_worker=threads_per_worker,
+                           retries=retries, verify_integrity=verify_integrity)
+    return load_dump(path, verify_integrity=verify_integrity)
 
 
 def _in_shard(i: int, S: int, path: str | None, exc: Exception) -> Exception:
@@ -144,21 +172,14 @@ def _compare(sig, sig0, first):
     return None
 
 
-def _positive_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidType(f"{name} = {value!r} must be an integer >= {low}")
-    if value < low:
-        raise InvalidInput(f"{name} = {value!r} must be an integer >= {low}")
-    return int(value)
-
-
 class ShardedDump(DumpBase):
     """Several dumps with the same layout, seen as one (module docstring).
 
     ``source``: a directory of shards, or a sequence of dump paths (taken in the given order).
     ``client``: optional ``dask.distributed.Client`` used by :meth:`acceptance`; ``threads_per_worker``: Numba
     threads per task on the cluster (default: the host's cores shared by its workers); ``retries``: reruns of a
-    task that raised (:mod:`fastspec.distributed`).
+    task that raised (:mod:`fastspec.distributed`); ``verify_integrity``: whether reads check the CRC-32 of
+    stored ``.npz`` members (as in :func:`fastspec.io.load_dump`; a call's own argument wins).
 
     Attributes like :class:`fastspec.io.Dump`: ``path``, ``kind``, ``drafts``, ``N`` (total), ``T``, ``V``,
     ``k``, ``lengths`` (concatenated), ``tokens`` (concatenated or None), ``metadata``, ``arrays`` (shapes
@@ -169,7 +190,8 @@ class ShardedDump(DumpBase):
 
     row_offset = 0
 
-    def __init__(self, source, *, client=None, threads_per_worker: int | None = None, retries: int = 2):
+    def __init__(self, source, *, client=None, threads_per_worker: int | None = None, retries: int = 2,
+                 verify_integrity: bool = True):
         if isinstance(source, (str, os.PathLike)):
             self.path = os.fspath(source)
             paths = list_shards(self.path)
@@ -179,9 +201,10 @@ class ShardedDump(DumpBase):
                 raise InvalidInput("ShardedDump: give at least one shard")
             self.path = os.path.dirname(paths[0]) if len(paths) > 1 else paths[0]
         self.client = client
-        self.threads_per_worker = None if threads_per_worker is None else _positive_int("threads_per_worker",
-                                                                                         threads_per_worker, 1)
-        self.retries = _positive_int("retries", retries, 0)
+        self.threads_per_worker = None if threads_per_worker is None else check_int("threads_per_worker",
+                                                                                     threads_per_worker, 1)
+        self.retries = check_int("retries", retries, 0)
+        self.verify_integrity = bool(verify_integrity)
         self.shards = paths
         self._info = [self._open_shard(i, p) for i, p in enumerate(paths)]
         self.offsets = np.concatenate([[0], np.cumsum([s.N for s in self._info])]).astype(np.int64)
@@ -194,7 +217,7 @@ class ShardedDump(DumpBase):
         """Read shard ``i``'s structure; the first shard sets the layout, the others must match it."""
         S = len(self.shards)
         try:
-            d = load_dump(path)
+            d = load_dump(path, verify_integrity=self.verify_integrity)
         except FileNotFoundError:
             raise
         except ValueError as exc:
@@ -245,25 +268,27 @@ class ShardedDump(DumpBase):
         i = int(np.searchsorted(self.offsets, n, side="right") - 1)
         return i, int(n - self.offsets[i])
 
-    def iter_chunks(self, *, drafts=None, max_bytes: int = DEFAULT_CHUNK_BYTES, validate: bool = True
-                    ) -> Iterator[Chunk]:
+    def iter_chunks(self, *, drafts=None, max_bytes: int = DEFAULT_CHUNK_BYTES, validate: bool = True,
+                    verify_integrity: bool | None = None) -> Iterator[Chunk]:
         """Chunks with global flat row numbers, cut exactly where one merged dump would cut them.
 
         ``max_bytes`` gives the same rows per chunk as :meth:`fastspec.io.Dump.iter_chunks` on the merged
         data; a chunk spanning two shards is assembled (copied, O(chunk) memory), others are views.  So any
         computation that depends on the chunking (e.g. token-mode replay) sees what a single dump gives.
-        Values are validated by each shard's loader (messages name the shard file).
+        Values, and the CRC-32 of stored members (``verify_integrity``; default: the set's setting), are checked
+        by each shard's loader (messages name the shard file).
         """
         names = self.select_drafts(drafts)
         rows = self.chunk_rows(names, max_bytes)
+        verify = self.verify_integrity if verify_integrity is None else bool(verify_integrity)
         pending: list[Chunk] = []
         for i, p in enumerate(self.shards):
             base = int(self.offsets[i]) * self.T
-            with load_dump(p) as d:
+            with load_dump(p, verify_integrity=verify) as d:
                 if d.N != self._info[i].N:
                     raise DumpFormatError(f"shard {i} of {len(self.shards)}: {p}: holds {d.N} sequences, "
                                           f"{self._info[i].N} when it was opened; the shard changed during the run")
-                for ch in d.iter_chunks(drafts=names, max_bytes=max_bytes, validate=validate):
+                for ch in d.iter_chunks(drafts=names, max_bytes=max_bytes, validate=validate, verify_integrity=verify):
                     pos, stop = ch.start + base, ch.stop + base
                     while pos < stop:  # cut at the merged dump's chunk boundaries (multiples of rows)
                         cut = min(stop, (pos // rows + 1) * rows)
@@ -304,7 +329,7 @@ class ShardedDump(DumpBase):
 
     # ---- the heavy pass --------------------------------------------------------------------------------
     def acceptance(self, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None, max_bytes=None,
-                   client=None) -> dict:
+                   client=None, verify_integrity: bool | None = None) -> dict:
         """:func:`fastspec.acceptance.dump_acceptance` over every shard, assembled in shard order.
 
         Same arguments and result (``{draft: DraftAcceptance}`` with [N, T] arrays) as ``dump_acceptance``;
@@ -316,8 +341,9 @@ class ShardedDump(DumpBase):
 
         names = self.select_drafts(drafts)
         resolve_sampling(self, temperature, top_k, top_p, min_p)  # bad settings fail here, before any task
+        verify = self.verify_integrity if verify_integrity is None else bool(verify_integrity)
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names,
-                      max_bytes=max_bytes)
+                      max_bytes=None if max_bytes is None else check_max_bytes(max_bytes), verify_integrity=verify)
         client = client if client is not None else self.client
         S = len(self.shards)
         expect = [(s.N, self.T) for s in self._info]

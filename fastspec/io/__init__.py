@@ -17,15 +17,21 @@ Array names are ``<role>_<kind>[__<draft name>]``:
 Safety and memory
 -----------------
 * Nothing is ever unpickled (``allow_pickle=False`` semantics: object and structured dtypes are refused
-  from the ``.npy`` header, before any data is read).
+  from the ``.npy`` header, before any data is read).  Only regular files and directories are opened: a FIFO,
+  a device or a dangling link is refused from ``os.stat`` before any read (:mod:`~fastspec.io.files`).
 * :func:`load_dump` reads only headers and the small arrays (``tokens``, ``lengths``, metadata).  Every
   structural check (names, dtypes, ranks, N/T/V agreement, declared sizes against the bytes really there,
-  zip-bomb ratios) happens before any large allocation.
+  zip-bomb ratios, absurd shapes) happens before any large allocation.
 * Large arrays are read in chunks of rows: ``.npy`` files and uncompressed (``np.savez``) zip members are
-  memory-mapped in place; compressed (``np.savez_compressed``) members are decompressed as a stream,
-  chunk by chunk.  Peak extra memory of :meth:`Dump.iter_chunks` is one chunk per array (``max_bytes``
-  each, in the array's own dtype; default :data:`DEFAULT_CHUNK_BYTES`) plus, with ``validate=True``, a
-  boolean mask of the same number of elements.  No float64 copy of a whole array is ever made.
+  memory-mapped in place one chunk at a time (each chunk's mapping is released with its last view, so what is
+  mapped is bounded by the chunks in use, not by the dump); compressed (``np.savez_compressed``) members are
+  decompressed as a stream, chunk by chunk.  Peak extra memory of :meth:`Dump.iter_chunks` is one chunk per
+  array (``max_bytes`` each, in the array's own dtype; default :data:`DEFAULT_CHUNK_BYTES`) plus, with
+  ``validate=True``, a boolean mask of the same number of elements.  No float64 copy of a whole array is ever
+  made.
+* Integrity: the CRC-32 of every uncompressed zip member is checked as it is read (``verify_integrity=True``,
+  the default of :func:`load_dump` and :meth:`Dump.iter_chunks`; :mod:`~fastspec.io.crc` computes it on all
+  cores); deflated members are checked by the decompressor.
 * Value checks (NaN, ``+inf``, ids out of range or repeated, positive log-probabilities, rows without a
   finite entry) run on every chunk as it is read, on valid positions only (``t < lengths[n]``; padding
   is never looked at).  :meth:`Dump.validate` runs them over the whole dump.
@@ -34,7 +40,8 @@ Every failure is a :class:`fastspec.errors.DumpFormatError` (a ``ValueError``) n
 the offending index; a missing path is :class:`fastspec.errors.DumpNotFound` (also a ``FileNotFoundError``).
 
 Modules: :mod:`~fastspec.io.format` (names and rules), :mod:`~fastspec.io.sources` (where an array's bytes
-live), :mod:`~fastspec.io.structure` and :mod:`~fastspec.io.values` (the checks), :mod:`~fastspec.io.dump`
+live), :mod:`~fastspec.io.files` (what may be opened; chunk mappings), :mod:`~fastspec.io.crc` (CRC-32 on all
+cores), :mod:`~fastspec.io.structure` and :mod:`~fastspec.io.values` (the checks), :mod:`~fastspec.io.dump`
 (:class:`Dump`, :func:`load_dump`), :mod:`~fastspec.io.save` (:func:`save_dump`).
 """
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 :func:`load_dump` opens a file or directory (:mod:`fastspec.io.sources`), checks its structure from the headers
 and small arrays (:mod:`fastspec.io.structure`) and returns a :class:`Dump`; :meth:`Dump.iter_chunks` reads
-rows ``max_bytes`` per array at a time, checking values as it goes (:mod:`fastspec.io.values`).
+rows ``max_bytes`` per array at a time, checking values as it goes (:mod:`fastspec.io.values`) and, unless told
+not to (``verify_integrity=False``), the CRC-32 of every stored ``.npz`` member it reads whole.
 :meth:`Dump.from_arrays` applies the same checks to arrays in memory.
 """
 from __future__ import annotations
@@ -13,14 +14,20 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from ..config import DEFAULT_CHUNK_BYTES
-from ..errors import InvalidInput, InvalidType
+from ..config import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES
+from ..errors import InvalidInput, InvalidType, check_int
 from .format import kinds_of
 from .sources import MemorySource, Source, open_sources
 from .structure import check_structure, index_text, role_key
-from .values import check_crc, check_dense, check_sparse
+from .values import check_dense, check_sparse
 
-__all__ = ["ArrayInfo", "Chunk", "DumpBase", "Dump", "load_dump"]
+__all__ = ["ArrayInfo", "Chunk", "DumpBase", "Dump", "load_dump", "check_max_bytes"]
+
+
+def check_max_bytes(max_bytes) -> int:
+    """The chunk size ``max_bytes`` (bytes per array) as an int in ``[1, MAX_CHUNK_BYTES]`` (16 GiB), else
+    InvalidType / InvalidInput."""
+    return check_int("max_bytes", max_bytes, 1, MAX_CHUNK_BYTES)
 
 
 @dataclass(frozen=True)
@@ -58,20 +65,25 @@ class DumpBase:
     rank3 = True
 
     def select_drafts(self, drafts=None) -> tuple:
-        """The draft names to read: all (``None``) or the given ones, each of which the dump must hold."""
-        names = self.drafts if drafts is None else tuple(drafts)
-        for n in names:
+        """The draft names to read: all (``None``) or the given ones (a name or a sequence of names), each of which
+        the dump must hold, each once."""
+        names = self.drafts if drafts is None else (drafts,) if isinstance(drafts, str) else tuple(drafts)
+        for i, n in enumerate(names):
             if n not in self.drafts:
                 raise InvalidInput(f"{self.path}: no draft named {n!r}; the dump holds {', '.join(self.drafts)}")
+            if n in names[:i]:
+                raise InvalidInput(f"{self.path}: draft {n!r} is selected twice; name each draft once")
         return names
 
     def chunk_rows(self, drafts, max_bytes: int) -> int:
-        """Rows per chunk: as many as fit ``max_bytes`` in the widest array read (at least one)."""
+        """Rows per chunk: as many as fit ``max_bytes`` (:func:`check_max_bytes`) in the widest array read (at
+        least one)."""
+        max_bytes = check_max_bytes(max_bytes)
         arrays = self.arrays
         row_bytes = max(np.dtype(a.dtype).itemsize * a.shape[-1]
                         for a in (arrays[self.array_name(role, kd)] for role in ("target",) + tuple(drafts)
                                   for kd in kinds_of(self.kind)))
-        return max(1, int(max_bytes) // max(row_bytes, 1))
+        return max(1, max_bytes // max(row_bytes, 1))
 
     def where(self, row: int) -> str:
         """Human index ``[n, t]`` of flat row ``row`` (``[t]`` for a single-sequence dump)."""
@@ -98,17 +110,19 @@ class Dump(DumpBase):
     Attributes: ``path``, ``kind`` ("dense" or "sparse"), ``drafts`` (tuple of names), ``N``, ``T``, ``V``
     (None for a sparse dump without ``vocab_size``), ``k`` (dict role -> k, sparse only; roles are ``"target"``
     and ``"draft:<name>"``), ``lengths`` (int64 [N]), ``tokens`` (int64 [N, T] or None), ``metadata`` (dict),
-    ``arrays`` (name -> ArrayInfo), ``size_on_disk`` (bytes).
+    ``arrays`` (name -> ArrayInfo), ``size_on_disk`` (bytes), ``verify_integrity`` (whether reads check the
+    CRC-32 of stored ``.npz`` members unless a call says otherwise).
     """
 
-    def __init__(self, path: str, sources: Mapping[str, Source], zf=None):
+    def __init__(self, path: str, sources: Mapping[str, Source], zf=None, verify_integrity: bool = True):
         self.path = str(path)
         self._sources = dict(sources)
         self._zf = zf
+        self.verify_integrity = bool(verify_integrity)
         self._format = ".npz" if zf is not None else (
             "memory" if all(isinstance(s, MemorySource) for s in self._sources.values()) else "directory of .npy")
         try:
-            layout = check_structure(self.path, self._sources)
+            layout = check_structure(self.path, self._sources, self.verify_integrity)
         except BaseException:
             self.close()
             raise
@@ -164,24 +178,32 @@ class Dump(DumpBase):
                 f"V={self.V})")
 
     # ---- reading --------------------------------------------------------------------------------------------
-    def iter_chunks(self, *, drafts=None, max_bytes: int = DEFAULT_CHUNK_BYTES, validate: bool = True
-                    ) -> Iterator[Chunk]:
-        """Yield :class:`Chunk` objects covering all N*T rows in order, ``max_bytes`` per array at most."""
+    def iter_chunks(self, *, drafts=None, max_bytes: int = DEFAULT_CHUNK_BYTES, validate: bool = True,
+                    verify_integrity: bool | None = None) -> Iterator[Chunk]:
+        """Yield :class:`Chunk` objects covering all N*T rows in order, ``max_bytes`` per array at most.
+
+        ``verify_integrity`` (default: the dump's ``verify_integrity``): compute the CRC-32 of every stored
+        ``.npz`` member read (the target's and the selected drafts') as its chunks go by, and raise
+        DumpFormatError before yielding its last chunk if it does not match.  A pass that stops early has not
+        been checked; arrays it does not read (drafts not selected) are not checked.  Deflated members are
+        always checked by the decompressor; ``.npy`` files carry no checksum.
+        """
         names = self.select_drafts(drafts)
         rows = self.chunk_rows(names, max_bytes)
+        verify = self.verify_integrity if verify_integrity is None else bool(verify_integrity)
         R = self.N * self.T
         for r0 in range(0, R, rows):
             r1 = min(R, r0 + rows)
             r = np.arange(r0, r1)
             valid = r % self.T < self.lengths[r // self.T]
-            target = self._read(None, r0, r1, valid, validate)
-            yield Chunk(r0, r1, valid, target, {d: self._read(d, r0, r1, valid, validate) for d in names})
+            target = self._read(None, r0, r1, valid, validate, verify)
+            yield Chunk(r0, r1, valid, target, {d: self._read(d, r0, r1, valid, validate, verify) for d in names})
 
-    def _read(self, draft, r0, r1, valid, validate):
+    def _read(self, draft, r0, r1, valid, validate, verify):
         """Rows [r0, r1) of the target (``draft`` None) or a draft: an array (dense) or an (ids, logprobs) pair."""
         parts = self._roles[role_key(draft)]
         srcs = [parts[kd] for kd in kinds_of(self.kind)]
-        got = [s.read_rows(r0, r1, s.shape[-1]) for s in srcs]
+        got = [s.read_rows(r0, r1, s.shape[-1], verify) for s in srcs]
         if validate and self.kind == "dense":
             check_dense(self.path, self.where, srcs[0].name, got[0], valid, r0)
         elif validate:
@@ -191,12 +213,15 @@ class Dump(DumpBase):
     def validate(self, *, max_bytes: int = DEFAULT_CHUNK_BYTES) -> "Dump":
         """Check every value of every array (one bounded-memory pass); returns ``self``.
 
-        Uncompressed zip members are also checked against their CRC-32 (compressed members are checked
+        Every member is also checked against its CRC-32, whatever ``verify_integrity`` says (compressed members
         by the decompressor as they are streamed), so a damaged archive is refused, not analysed.
         """
+        check_max_bytes(max_bytes)
+        read = {id(s) for parts in self._roles.values() for s in parts.values()}
         for src in self._sources.values():
-            check_crc(self.path, src)
-        for _ in self.iter_chunks(max_bytes=max_bytes, validate=True):
+            if id(src) not in read:  # the small arrays; the pass below checks the others
+                src.read_all(verify=True)
+        for _ in self.iter_chunks(max_bytes=max_bytes, validate=True, verify_integrity=True):
             pass
         return self
 
@@ -208,11 +233,16 @@ class Dump(DumpBase):
             self._zf = None
 
 
-def load_dump(path, *, validate: bool = False, max_bytes: int = DEFAULT_CHUNK_BYTES) -> Dump:
+def load_dump(path, *, validate: bool = False, max_bytes: int = DEFAULT_CHUNK_BYTES,
+              verify_integrity: bool = True) -> Dump:
     """Open the dump at ``path`` (``.npz`` file or directory of ``.npy``) and check its structure.
 
     Only headers and the small arrays are read.  Values of the large arrays are checked chunk by chunk
     as :meth:`Dump.iter_chunks` reads them; pass ``validate=True`` to check them all now (one pass).
+    ``verify_integrity`` (default True): reads check the CRC-32 of stored (uncompressed) ``.npz`` members as
+    they go (the small arrays now, the large ones in each pass that reads them whole); False skips that check
+    for storage you trust.  Only a regular file or a directory is opened: a FIFO, a device or a dangling link is
+    refused before anything is read.
     Raises :class:`fastspec.errors.DumpFormatError` (a ``ValueError`` naming file, array and index) for anything
     malformed, :class:`fastspec.errors.DumpNotFound` (also a ``FileNotFoundError``) when ``path`` does not exist.
     """
@@ -220,8 +250,10 @@ def load_dump(path, *, validate: bool = False, max_bytes: int = DEFAULT_CHUNK_BY
         path = os.fspath(path)
     except TypeError:
         raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if validate:
+        check_max_bytes(max_bytes)
     sources, zf = open_sources(path)
-    dump = Dump(path, sources, zf)
+    dump = Dump(path, sources, zf, verify_integrity)
     if validate:
         try:
             dump.validate(max_bytes=max_bytes)

@@ -21,7 +21,8 @@ __all__ = ["DRAFT_NAME_PATTERN", "DEFAULT_DRAFT", "ROLES", "DENSE_KINDS", "SPARS
            "METADATA", "FLOAT_DTYPES", "check_draft_name", "parse_array_name", "array_name", "kinds_of",
            "format_error", "metadata_value"]
 
-#: a draft name: letters, digits, '_', '.', '-', starting with a letter or digit (and no '__': see check_draft_name)
+#: a draft name: letters, digits, '_', '.', '-', starting with a letter or digit (no '__', not 'target': see
+#: check_draft_name)
 DRAFT_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]*"
 #: the draft that plain ``draft_*`` arrays (no ``__name`` suffix) belong to
 DEFAULT_DRAFT = "draft"
@@ -38,10 +39,13 @@ _ARRAY_NAME = re.compile(rf"^({'|'.join(ROLES)})_({'|'.join(DENSE_KINDS + SPARSE
 
 def check_draft_name(name, what: str = "draft name") -> str:
     """``name`` if it is a valid draft name (letters, digits, '_', '.', '-'; starts with a letter or digit; no
-    '__', which separates the role from the name in array names), else InvalidInput."""
+    '__', which separates the role from the name in array names; not ``target``, which names the target's role
+    wherever a role or a draft is named), else InvalidInput."""
     if not isinstance(name, str) or not re.fullmatch(DRAFT_NAME_PATTERN, name) or "__" in name:
         raise InvalidInput(f"{what} {name!r} is invalid: use letters, digits, '_', '.' and '-' (starting with a "
                            "letter or digit, no '__')")
+    if name == "target":
+        raise InvalidInput(f"{what} 'target' is reserved (it names the target model); give the draft another name")
     return name
 
 

@@ -2,12 +2,15 @@
 
 * :class:`MemorySource` -- an array already in memory (:meth:`fastspec.io.Dump.from_arrays`, ``save_dump``);
 * :class:`MapSource` -- uncompressed bytes at an offset of a file (a ``.npy`` file, or a stored member of an
-  ``np.savez`` archive): memory-mapped, rows are views;
+  ``np.savez`` archive): each chunk of rows is memory-mapped on its own (:func:`fastspec.io.files.map_bytes`) and
+  unmapped when its last view is dropped; a stored member's CRC-32 is computed as its chunks are read in order
+  and checked at its last byte (``verify=True``);
 * :class:`StreamSource` -- a deflated member of an ``np.savez_compressed`` archive: decompressed as a stream,
   one chunk of rows at a time (reading backwards reopens the stream).
 
 :func:`open_sources` builds them for every array at a path after checking, from the headers alone, that each
-declared size matches the bytes present (and refusing likely zip bombs), before any large allocation.
+declared size matches the bytes present (and refusing likely zip bombs), before any large allocation.  Only
+regular files (and directories of them) are opened (:func:`fastspec.io.files.entry_kind`).
 Nothing is ever unpickled: object and structured dtypes are refused from the ``.npy`` header.
 """
 from __future__ import annotations
@@ -21,13 +24,16 @@ import zlib
 import numpy as np
 
 from ..config import MAX_DEFLATE_RATIO
-from ..errors import DumpNotFound
+from ..errors import DumpFormatError, DumpNotFound
+from .crc import crc32
+from .files import DIRECTORY, MISSING, REGULAR, entry_kind, map_bytes, open_regular
 from .format import format_error
 
 __all__ = ["Source", "MemorySource", "MapSource", "StreamSource", "parse_npy_header", "open_sources"]
 
-#: what zipfile/zlib raise on a damaged archive; reading a member also raises OSError for damaged data
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, NotImplementedError)
+#: what zipfile/zlib raise on a damaged archive (ValueError: e.g. a member name that is not UTF-8 as flagged);
+#: reading a member also raises OSError for damaged data
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, NotImplementedError, ValueError)
 _READ_ERRORS = _ZIP_ERRORS + (OSError,)
 _LOCAL_HEADER = 30  # bytes of a zip local file header before its name and extra field
 
@@ -44,17 +50,18 @@ class Source:
     dtype: np.dtype
     fortran: bool = False
     storage: str
-    crc: tuple | None = None  # (file offset, size, CRC-32) of an uncompressed zip member, checked by validate()
 
     @property
     def nbytes(self) -> int:
         return _nbytes(self.shape, self.dtype)
 
-    def read_all(self) -> np.ndarray:
+    def read_all(self, verify: bool = False) -> np.ndarray:
+        """The whole array (a copy); ``verify`` checks the member's CRC-32 where the archive stores one."""
         raise NotImplementedError
 
-    def read_rows(self, r0: int, r1: int, width: int) -> np.ndarray:
-        """Rows [r0, r1) of the array viewed as [rows, width] (C order)."""
+    def read_rows(self, r0: int, r1: int, width: int, verify: bool = False) -> np.ndarray:
+        """Rows [r0, r1) of the array viewed as [rows, width] (C order).  With ``verify``, a pass that reads every
+        row in order checks the member's CRC-32 before it returns the last rows."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -68,10 +75,10 @@ class MemorySource(Source):
         self.name, self.arr = name, np.ascontiguousarray(arr)
         self.shape, self.dtype = self.arr.shape, self.arr.dtype
 
-    def read_all(self):
+    def read_all(self, verify=False):  # noqa: ARG002 - nothing to verify in memory
         return self.arr
 
-    def read_rows(self, r0, r1, width):
+    def read_rows(self, r0, r1, width, verify=False):  # noqa: ARG002 - nothing to verify in memory
         return self.arr.reshape(-1, width)[r0:r1]
 
 
@@ -81,9 +88,9 @@ class _WholeOnce(Source):
 
     _c_order = None
 
-    def _rows_of_whole(self, r0, r1, width):
+    def _rows_of_whole(self, r0, r1, width, verify):
         if self._c_order is None:
-            self._c_order = np.ascontiguousarray(self.read_all()).reshape(-1, width)
+            self._c_order = np.ascontiguousarray(self.read_all(verify)).reshape(-1, width)
         return self._c_order[r0:r1]
 
     def close(self):
@@ -91,30 +98,55 @@ class _WholeOnce(Source):
 
 
 class MapSource(_WholeOnce):
-    """An array stored uncompressed at ``offset`` in ``file`` (a .npy file or a stored zip member)."""
+    """An array stored uncompressed at ``offset`` in ``file`` (a .npy file or a stored zip member).
 
-    def __init__(self, name, file, offset, shape, dtype, fortran, storage):
+    ``crc``: ``(member start, CRC-32)`` of a stored zip member (its .npy header starts at ``member start``), else
+    None.  The CRC runs over the header, then each chunk's bytes as they are mapped, and is compared when the
+    last byte has been read; a pass that skips or rereads rows is not checked (:meth:`Dump.iter_chunks` never
+    does either).
+    """
+
+    def __init__(self, name, file, offset, shape, dtype, fortran, storage, crc=None):
         self.name, self.file, self.offset = name, file, offset
         self.shape, self.dtype, self.fortran, self.storage = shape, dtype, fortran, storage
-        self._mm = None
+        self.crc = crc
+        self._running = None  # (next data byte, CRC-32 so far) while a pass reads the member in order
 
-    def _map(self):
-        if self._mm is None:
-            self._mm = np.memmap(self.file, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape,
-                                 order="F" if self.fortran else "C")
-        return self._mm
+    def _bytes(self, start, n):
+        return map_bytes(self.file, self.offset + start, n, self.name)
 
-    def read_all(self):
-        return np.ascontiguousarray(self._map())
+    def _feed(self, start, raw):
+        """Fold data bytes ``[start, start + raw.size)`` into the running CRC-32; compare after the last byte."""
+        if start == 0:
+            head = self.crc[0]
+            self._running = (0, zlib.crc32(map_bytes(self.file, head, self.offset - head, self.name)))
+        if self._running is None or self._running[0] != start:
+            self._running = None  # not read in order: this pass cannot check the member
+            return
+        end, got = start + raw.size, crc32(raw, self._running[1])
+        self._running = None if end == self.nbytes else (end, got)
+        if end == self.nbytes and got != self.crc[1]:
+            raise format_error(self.file, f"array {self.name!r}: CRC-32 mismatch (the archive records "
+                                          f"{self.crc[1]:08x}, the bytes give {got:08x}): the archive is damaged")
 
-    def read_rows(self, r0, r1, width):
+    def read_all(self, verify=False):
+        raw = self._bytes(0, self.nbytes)
+        if verify and self.crc is not None:
+            self._feed(0, raw)
+        return np.array(raw.view(self.dtype).reshape(self.shape, order="F" if self.fortran else "C"), order="C")
+
+    def read_rows(self, r0, r1, width, verify=False):
         if self.fortran:
-            return self._rows_of_whole(r0, r1, width)
-        return np.asarray(self._map()).reshape(-1, width)[r0:r1]
+            return self._rows_of_whole(r0, r1, width, verify)
+        row = width * self.dtype.itemsize
+        raw = self._bytes(r0 * row, (r1 - r0) * row)
+        if verify and self.crc is not None:
+            self._feed(r0 * row, raw)
+        return raw.view(self.dtype).reshape(r1 - r0, width)
 
     def close(self):
         super().close()
-        self._mm = None
+        self._running = None
 
 
 class StreamSource(_WholeOnce):
@@ -152,15 +184,15 @@ class StreamSource(_WholeOnce):
             self._fh.close()
             self._fh = None
 
-    def read_all(self):
+    def read_all(self, verify=False):  # noqa: ARG002 - zipfile checks the CRC-32 of all it decompresses
         self._open()
         buf = self._read(self.nbytes)
         self._close_stream()
         return np.frombuffer(buf, dtype=self.dtype).reshape(self.shape, order="F" if self.fortran else "C").copy()
 
-    def read_rows(self, r0, r1, width):
+    def read_rows(self, r0, r1, width, verify=False):
         if self.fortran:
-            return self._rows_of_whole(r0, r1, width)
+            return self._rows_of_whole(r0, r1, width, verify)
         if self._fh is None or r0 < self._pos:
             self._open()
         row_bytes = width * self.dtype.itemsize
@@ -190,6 +222,8 @@ def parse_npy_header(fh, file: str, name: str):
     except Exception as exc:  # noqa: BLE001 - untrusted header text: every parser failure is a format error
         raise format_error(file, f"array {name!r}: not a valid .npy header ({' '.join(str(exc).split())})") from None
     dtype = np.dtype(dtype)
+    if dtype.itemsize == 0:
+        raise format_error(file, f"array {name!r}: dtype {dtype} has no size; save plain numbers")
     if dtype.hasobject:
         raise format_error(file, f"array {name!r}: object arrays are refused (they need pickle); save plain numbers")
     if dtype.fields is not None or dtype.subdtype is not None:
@@ -206,13 +240,17 @@ def _check_declared(file, name, need, have):
 
 
 def _open_directory(path: str) -> dict[str, Source]:
-    names = sorted(f for f in os.listdir(path) if f.endswith(".npy"))
+    """Every ``*.npy`` entry (names starting with '.' are ignored) is an array and must be a regular file."""
+    names = sorted(f for f in os.listdir(path) if f.endswith(".npy") and not f.startswith("."))
     if not names:
         raise format_error(path, "directory holds no .npy arrays; expected target_logits.npy, draft_logits.npy, ...")
     sources: dict[str, Source] = {}
     for f in names:
         full, name = os.path.join(path, f), f[:-4]
-        with open(full, "rb") as fh:
+        kind = entry_kind(full)
+        if kind != REGULAR:
+            raise format_error(path, f"array {name!r}: {f} is {kind}, not a regular file")
+        with open_regular(full, name) as fh:
             shape, dtype, fortran, hlen = parse_npy_header(fh, path, name)
         size, need = os.path.getsize(full), hlen + _nbytes(shape, dtype)
         if size < need:
@@ -221,13 +259,19 @@ def _open_directory(path: str) -> dict[str, Source]:
     return sources
 
 
+def _local_offset(path, info, name, file_size) -> int:
+    """The member's local header offset, checked to lie inside the file (a damaged central directory can put it
+    anywhere, even before the start)."""
+    if not 0 <= info.header_offset <= file_size - _LOCAL_HEADER:
+        raise format_error(path, f"array {name!r}: bad local header offset (corrupt or truncated archive)")
+    return info.header_offset
+
+
 def _stored_member(path, raw, info, name, file_size) -> MapSource:
     """An uncompressed member: its data offset from the local header; mapped in place."""
     if info.compress_size != info.file_size:
         raise format_error(path, f"array {name!r}: stored member sizes disagree (corrupt archive)")
-    if not 0 <= info.header_offset <= file_size - _LOCAL_HEADER:
-        raise format_error(path, f"array {name!r}: bad local header offset (corrupt or truncated archive)")
-    raw.seek(info.header_offset)
+    raw.seek(_local_offset(path, info, name, file_size))
     local = raw.read(_LOCAL_HEADER)
     if len(local) < _LOCAL_HEADER or local[:4] != b"PK\x03\x04":
         raise format_error(path, f"array {name!r}: bad local header (corrupt or truncated archive)")
@@ -239,9 +283,7 @@ def _stored_member(path, raw, info, name, file_size) -> MapSource:
     _check_declared(path, name, need, info.file_size)
     if data_off + need > file_size:
         raise format_error(path, f"array {name!r}: truncated (member ends past the end of the file)")
-    src = MapSource(name, path, data_off + hlen, shape, dtype, fortran, "npz-stored")
-    src.crc = (data_off, info.file_size, info.CRC)
-    return src
+    return MapSource(name, path, data_off + hlen, shape, dtype, fortran, "npz-stored", crc=(data_off, info.CRC))
 
 
 def _deflated_member(path, zf, info, name, file_size) -> StreamSource:
@@ -251,6 +293,7 @@ def _deflated_member(path, zf, info, name, file_size) -> StreamSource:
             info.file_size > MAX_DEFLATE_RATIO * file_size + slack:
         raise format_error(path, f"array {name!r}: declares {info.file_size} bytes from {info.compress_size} "
                                  f"compressed (ratio above {MAX_DEFLATE_RATIO}); refusing a likely zip bomb")
+    _local_offset(path, info, name, file_size)
     with zf.open(info) as fh:
         shape, dtype, fortran, hlen = parse_npy_header(fh, path, name)
     _check_declared(path, name, hlen + _nbytes(shape, dtype), info.file_size)
@@ -284,11 +327,19 @@ def _open_zip(path: str, zf: zipfile.ZipFile) -> dict[str, Source]:
 
 
 def open_sources(path: str):
-    """``(sources, zipfile or None)`` for every array of the dump at ``path`` (checks on sizes only)."""
-    if os.path.isdir(path):
+    """``(sources, zipfile or None)`` for every array of the dump at ``path`` (checks on sizes only).
+
+    ``path`` must be a regular file (an .npz) or a directory; anything else is refused before it is opened."""
+    kind = entry_kind(path)
+    if kind == DIRECTORY:
         return _open_directory(path), None
-    if not os.path.exists(path):
+    if kind == MISSING:
         raise DumpNotFound(f"{path}: no such file or directory")
+    if kind == "a dangling symbolic link":
+        raise DumpNotFound(f"{path}: a dangling symbolic link (its target does not exist)")
+    if kind != REGULAR:
+        raise format_error(path, f"is {kind}, not a regular file or a directory; a dump is an .npz file or a "
+                                 "directory of .npy files")
     if not zipfile.is_zipfile(path):
         raise format_error(path, "not an .npz (zip) archive nor a directory of .npy files (truncated or corrupt?)")
     try:
@@ -297,9 +348,8 @@ def open_sources(path: str):
         raise format_error(path, f"corrupt or truncated .npz archive ({exc})") from None
     try:
         return _open_zip(path, zf), zf
-    except _ZIP_ERRORS as exc:
+    except BaseException as exc:
         zf.close()
-        raise format_error(path, f"corrupt or truncated .npz archive ({exc})") from None
-    except BaseException:
-        zf.close()
+        if isinstance(exc, _ZIP_ERRORS) and not isinstance(exc, DumpFormatError):
+            raise format_error(path, f"corrupt or truncated .npz archive ({exc})") from None
         raise

@@ -1,8 +1,9 @@
 """Structural checks of a dump, from its headers and small arrays only (before any large allocation).
 
 :func:`check_structure` applies the rules of :mod:`fastspec.io.format` to the arrays of one file, in steps:
-names -> roles, one kind (dense or sparse) per dump, shapes and dtypes (N, T, V, k), metadata, vocabulary,
-``lengths`` and ``tokens``.  Every failure is a :class:`fastspec.errors.DumpFormatError` naming the file, the
+names -> roles, one kind (dense or sparse) per dump, shapes and dtypes (N, T, V, k; absurd sizes refused),
+metadata, vocabulary, ``lengths`` and ``tokens`` (range-checked in their own dtype, so no value wraps around).
+Every failure is a :class:`fastspec.errors.DumpFormatError` naming the file, the
 array and the offending index.
 """
 from __future__ import annotations
@@ -11,11 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import MAX_WHOLE_ARRAY_BYTES
+import math
+
+from ..config import MAX_POSITIONS, MAX_WHOLE_ARRAY_BYTES, MAX_WIDTH
 from ..errors import InvalidInput
 from .format import (DEFAULT_DRAFT, FLOAT_DTYPES, METADATA, OPTIONAL_ARRAYS, SPARSE_KINDS,
                      check_draft_name, format_error, metadata_value, parse_array_name)
 from .sources import Source
+from .values import ID_LIMIT
 
 __all__ = ["Layout", "check_structure", "role_key", "index_text"]
 
@@ -42,17 +46,19 @@ class Layout:
     tokens: np.ndarray | None
 
 
-def check_structure(file: str, sources: dict[str, Source]) -> Layout:
-    """The :class:`Layout` of the dump made of ``sources`` (messages name ``file``); reads only small arrays."""
+def check_structure(file: str, sources: dict[str, Source], verify: bool = False) -> Layout:
+    """The :class:`Layout` of the dump made of ``sources`` (messages name ``file``); reads only small arrays
+    (``verify``: checking their CRC-32 where the archive stores one)."""
     roles, extras = _group(file, sources)
     kind, drafts = _kind_and_drafts(file, roles)
     lead, V, k = _shapes(file, roles, kind)
     rank3 = len(lead) == 2
     N, T = (lead[0], lead[1]) if rank3 else (1, lead[0])
-    metadata = {name: metadata_value(file, name, _scalar(file, extras[name])) for name in METADATA if name in extras}
+    metadata = {name: metadata_value(file, name, _scalar(file, extras[name], verify)) for name in METADATA
+                if name in extras}
     V = _vocabulary(file, kind, metadata, V, k)
-    lengths = _lengths(file, extras.get("lengths"), N, T)
-    tokens = _tokens(file, extras.get("tokens"), N, T, rank3, lengths, V)
+    lengths = _lengths(file, extras.get("lengths"), N, T, verify)
+    tokens = _tokens(file, extras.get("tokens"), N, T, rank3, lengths, V, verify)
     return Layout(roles, kind, drafts, N, T, V, k, rank3, metadata, lengths, tokens)
 
 
@@ -135,6 +141,13 @@ def _check_array(file, kind, src):
         raise format_error(file, f"array {src.name!r}: dtype {src.dtype}; expected an integer dtype")
     if src.fortran and src.nbytes > MAX_WHOLE_ARRAY_BYTES:
         raise format_error(file, f"array {src.name!r}: Fortran-ordered and large; re-save it C-contiguous")
+    positions, width = math.prod(src.shape[:-1]), src.shape[-1]  # Python integers: no wrap-around
+    if positions > MAX_POSITIONS:
+        raise format_error(file, f"array {src.name!r}: shape {list(src.shape)}: {positions} positions, more than "
+                                 f"the {MAX_POSITIONS} (2**32) one file may hold; split it into shards")
+    if width > MAX_WIDTH:
+        raise format_error(file, f"array {src.name!r}: shape {list(src.shape)}: last dimension {width} is more than "
+                                 f"{MAX_WIDTH} (2**24) entries per position; not a vocabulary")
 
 
 def _shapes(file, roles, kind):
@@ -164,10 +177,10 @@ def _shapes(file, roles, kind):
     return lead, V, k
 
 
-def _scalar(file, src):
+def _scalar(file, src, verify):
     if src.shape not in ((), (1,)):
         raise format_error(file, f"array {src.name!r}: metadata must be a scalar, got shape {list(src.shape)}")
-    return src.read_all().reshape(())
+    return src.read_all(verify).reshape(())
 
 
 def _vocabulary(file, kind, metadata, V, k):
@@ -184,35 +197,35 @@ def _vocabulary(file, kind, metadata, V, k):
     return V
 
 
-def _integers(file, src, want, note=""):
+def _integers(file, src, want, verify, note=""):
+    """The array in its own integer dtype (range checks compare exactly; converting first would wrap uint64)."""
     if src.dtype.kind not in "iu":
         raise format_error(file, f"array {src.name!r}: dtype {src.dtype}; expected integers")
     if src.shape != want:
         raise format_error(file, f"array {src.name!r}: shape {list(src.shape)}; expected {list(want)}{note}")
-    return src.read_all().astype(np.int64)
+    return src.read_all(verify)
 
 
-def _lengths(file, src, N, T):
+def _lengths(file, src, N, T, verify):
     """Valid positions per sequence, in [1, T] (default T)."""
     if src is None:
         return np.full(N, T, dtype=np.int64)
-    lengths = _integers(file, src, (N,), " (one per sequence)")
+    lengths = _integers(file, src, (N,), verify, " (one per sequence)")
     bad = np.flatnonzero((lengths < 1) | (lengths > T))
     if bad.size:
         raise format_error(file, f"array 'lengths': index {bad[0]} is {lengths[bad[0]]}; lengths must be in [1, {T}]")
-    return lengths
+    return lengths.astype(np.int64)
 
 
-def _tokens(file, src, N, T, rank3, lengths, V):
-    """Token ids [N, T], in [0, V) at valid positions (padding is never read)."""
+def _tokens(file, src, N, T, rank3, lengths, V, verify):
+    """Token ids [N, T], in [0, V) at valid positions (padding is never read; [0, 2**63) when V is unknown)."""
     if src is None:
         return None
-    tok = _integers(file, src, (N, T) if rank3 else (T,)).reshape(N, T)
+    tok = _integers(file, src, (N, T) if rank3 else (T,), verify).reshape(N, T)
     valid = np.arange(T)[None, :] < lengths[:, None]
-    hi = V if V is not None else np.iinfo(np.int64).max
-    bad = np.argwhere(valid & ((tok < 0) | (tok >= hi)))
+    bad = np.argwhere(valid & ((tok < 0) | (tok >= (V if V is not None else ID_LIMIT))))
     if bad.size:
         n, t = bad[0]
         raise format_error(file, f"array 'tokens': index {index_text(n, t, rank3)} is {tok[n, t]}; token ids must be "
-                                 f"in [0, {V if V is not None else 'V'})")
-    return tok
+                                 f"in [0, {V if V is not None else '2**63'})")
+    return tok.astype(np.int64)

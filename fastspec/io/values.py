@@ -1,22 +1,20 @@
-"""Value checks of a dump, run on every chunk of rows as it is read (valid positions only: padding is never read),
-and the CRC-32 check of uncompressed zip members.
+"""Value checks of a dump, run on every chunk of rows as it is read (valid positions only: padding is never read).
+(The CRC-32 of stored zip members is checked as they are read: :class:`fastspec.io.sources.MapSource`.)
 
 ``where(row)`` turns a flat row number of the dump into the index that messages print (``[n, t]``).  Every
 failure is a :class:`fastspec.errors.DumpFormatError` naming the file, the array and the index.
 """
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
 from ..config import LOGPROB_SUM_TOLERANCE
 from .format import format_error
-from .sources import Source
 
-__all__ = ["check_dense", "check_sparse", "check_crc"]
+__all__ = ["check_dense", "check_sparse", "ID_LIMIT"]
 
-_CRC_BLOCK = 16 << 20
+#: ids and tokens must fit int64 (the kernels' type) when the vocabulary size is unknown
+ID_LIMIT = 2 ** 63
 
 
 def _first_row(mask):
@@ -57,11 +55,11 @@ def check_sparse(file: str, where, V: int | None, names: tuple, ids: np.ndarray,
     """Top-k ``ids`` and ``lp`` [rows, k] (arrays ``names``): ids distinct and in [0, V), log-probabilities <= 0,
     not NaN, at least one finite, probabilities summing to at most 1 (+ LOGPROB_SUM_TOLERANCE)."""
     iname, lname = names
-    hit = _first_entry((ids < 0) if V is None else ((ids < 0) | (ids >= V)), valid)
+    hit = _first_entry((ids < 0) | (ids >= (ID_LIMIT if V is None else V)), valid)
     if hit:
         i, j = hit
         raise format_error(file, f"array {iname!r}: id {ids[i, j]} at index {_entry(where, r0 + i, j)} is outside "
-                                 f"[0, {V if V is not None else 'V'})")
+                                 f"[0, {V if V is not None else '2**63'})")
     if ids.shape[1] > 1:
         s = np.sort(ids, axis=1)
         i = _first_row((s[:, 1:] == s[:, :-1]).any(axis=1) & valid)
@@ -81,22 +79,3 @@ def check_sparse(file: str, where, V: int | None, names: tuple, ids: np.ndarray,
     if i is not None:
         raise format_error(file, f"array {lname!r}: row {where(r0 + i)} has probabilities summing to {tot[i]:.6g} "
                                  "> 1; expected log-probabilities under the full-vocabulary distribution")
-
-
-def check_crc(file: str, src: Source) -> None:
-    """The CRC-32 of an uncompressed zip member against the archive's (no-op for other sources)."""
-    if src.crc is None:
-        return
-    offset, size, want = src.crc
-    got = 0
-    with open(src.file, "rb") as fh:
-        fh.seek(offset)
-        left = size
-        while left:
-            buf = fh.read(min(left, _CRC_BLOCK))
-            if not buf:
-                raise format_error(file, f"array {src.name!r}: truncated")
-            got = zlib.crc32(buf, got)
-            left -= len(buf)
-    if got != want:
-        raise format_error(file, f"array {src.name!r}: CRC-32 mismatch; the archive is damaged")

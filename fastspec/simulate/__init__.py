@@ -178,7 +178,7 @@ def _split_drafts(d, wanted, ks):
     return tuple(models), ngrams
 
 
-def _open(dump, client):
+def _open(dump, client, verify_integrity):
     """(dump object, whether we opened it)."""
     if hasattr(dump, "iter_chunks"):
         return dump, False
@@ -187,17 +187,18 @@ def _open(dump, client):
     if client is not None or os.path.isdir(os.fspath(dump)):  # a directory of shards / a Dask client
         from ..shards import load_any
 
-        return load_any(dump, client=client), True
+        return load_any(dump, client=client, verify_integrity=verify_integrity), True
     from ..io import load_dump
 
-    return load_dump(dump), True
+    return load_dump(dump, verify_integrity=verify_integrity), True
 
 
 def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None, min_p=None,
              mode: str = "bernoulli", trials: int | None = None, seed: int = 0, draft_cost=None,
              verify_cost=None, batches: int = DEFAULT_BATCHES, progress: Callable[[int], None] | None = None,
              progress_total: Callable[[int], None] | None = None, client=None, verify="token", candidates=1,
-             candidate_sampling: str = "iid", block_trials: int | None = None, costs=None) -> SimulationResult:
+             candidate_sampling: str = "iid", block_trials: int | None = None, costs=None,
+             verify_integrity: bool = True) -> SimulationResult:
     """Simulate speculative decoding of each draft in ``dump`` against its target, for each k.
 
     ``dump``: a path (a dump, or a directory of shards) or an open :class:`fastspec.io.Dump`.  ``k``: an int, a
@@ -215,7 +216,9 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     ``verify``, ``candidates``, ``candidate_sampling``, ``block_trials`` (2 to 10**7 replays per sequence):
     verification variants reported side by side.  ``progress_total(n)`` is called once with the units of work
     and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row counts one per
-    sequence).  Every argument is checked before the dump is read.
+    sequence).  ``verify_integrity``: a dump opened from a path checks the CRC-32 of its stored ``.npz``
+    members as they are read (default); False skips that (an open dump keeps the setting it was loaded with).
+    Every argument is checked before the dump is read.
     """
     ks = parse_k_list(k)
     variant_list = _variants(verify, candidates, candidate_sampling)
@@ -228,7 +231,7 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     pricing = _pricing(draft_cost, verify_cost, costs, ks)
     wanted = _draft_names(drafts)
     progress, progress_total = _check_callback("progress", progress), _check_callback("progress_total", progress_total)
-    d, own = _open(dump, client)
+    d, own = _open(dump, client, verify_integrity)
     try:
         if pricing is None and costs is None and getattr(d, "costs", None) is not None:
             pricing = TablePricing(d.costs, "dump")
