@@ -10,12 +10,14 @@ from typing import Callable, Mapping
 
 
 def time_interleaved(fns: Mapping[str, Callable[[], object]], *, repeats: int = 7, warmup: int = 1,
-                     min_time: float = 0.0) -> dict[str, float]:
+                     min_time: float = 0.0, before: Callable[[], object] | None = None) -> dict[str, float]:
     """Median wall time (seconds) of each callable, runs interleaved round-robin.
 
     Every round calls each function once, so slow drifts (turbo, other load) hit
     all contenders alike.  ``warmup`` rounds are discarded (JIT compile, caches).
     Keeps going past ``repeats`` rounds until ``min_time`` seconds have elapsed.
+    ``before`` (untimed) runs before every timed call, e.g. :func:`flush_caches` so that every contender
+    starts from the same cold caches rather than from whatever the previous one left.
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -25,11 +27,26 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], *, repeats: int = 
     rounds = 0
     while rounds < repeats or time.perf_counter() - t_start < min_time:
         for name, fn in fns.items():
+            if before is not None:
+                before()
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)
         rounds += 1
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+_FLUSH = None
+
+
+def flush_caches(nbytes: int = 96 << 20) -> None:
+    """Evict the CPU caches: read and write a buffer larger than any last-level cache (96 MiB by default)."""
+    global _FLUSH
+    import numpy as np
+
+    if _FLUSH is None or _FLUSH.nbytes != nbytes:
+        _FLUSH = np.ones(nbytes // 8)
+    _FLUSH += 1.0
 
 
 def fmt_ms(seconds: float) -> str:

@@ -31,7 +31,7 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import print_table, time_interleaved  # noqa: E402
+from _common import flush_caches, print_table, time_interleaved  # noqa: E402
 
 import fastspec  # noqa: E402
 from fastspec._numba.fastexp import fexp  # noqa: E402
@@ -55,15 +55,23 @@ def read_pass(t, d):
     return s
 
 
-@numba.njit(parallel=True)
-def exp_pass(rows, out):
-    """Floor: fastspec's vectorized exp over ``rows`` [R, V] into ``out`` (parallel over rows)."""
+def _exp_rows(rows, out):
     for r in numba.prange(rows.shape[0]):
         x = rows[r]
         o = out[r]
         m = np.float64(x[0])
         for v in range(x.shape[0]):
             o[v] = fexp(np.float64(x[v]) - m - 5.0)
+
+
+_exp_parallel = numba.njit(parallel=True)(_exp_rows)
+_exp_serial = numba.njit(_exp_rows)
+
+
+def exp_pass(rows, out, parallel):
+    """Floor: fastspec's vectorized exp over ``rows`` [R, V] into ``out``: parallel over rows when fastspec runs
+    threads (B >= 2), one thread when it runs one (B = 1: no thread wake-up in the floor either)."""
+    return (_exp_parallel if parallel else _exp_serial)(rows, out)
 
 
 def visited_rows(res):
@@ -169,10 +177,13 @@ def main():
     ap.add_argument("--sizes", default="all")
     ap.add_argument("--data", choices=["close", "random"], default="close")
     ap.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    ap.add_argument("--cache", choices=["cold", "hot"], default="cold",
+                    help="cold: every contender's call starts from flushed caches (logits in DRAM); hot: calls "
+                    "follow each other with whatever the previous one left in cache")
     args = ap.parse_args()
     sizes = SIZES if args.sizes == "all" else SIZES[:2]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"data {args.data}, dtype {args.dtype}, load average {load:.2f}, {os.cpu_count()} CPUs")
+    print(f"data {args.data}, dtype {args.dtype}, caches {args.cache}, load average {load:.2f}, {os.cpu_count()} CPUs")
     rows = []
     for B, K, V in sizes:
         rng = np.random.default_rng(0)
@@ -185,15 +196,17 @@ def main():
         fns = {
             "fastspec": lambda: fastspec.verify_logits(t, d, toks, seed=1),
             "read floor": lambda: read_pass(t32, d32),
-            "exp floor": lambda: exp_pass(vis, vis_out),
+            "exp floor": lambda: exp_pass(vis, vis_out, B >= 2),
             "numpy": lambda: numpy_reference(t32, d32, toks, rng),
         }
         fns.update(make_torch_peers(t32, d32, toks))
-        res = time_interleaved(fns, repeats=args.repeats, warmup=1)
+        res = time_interleaved(fns, repeats=args.repeats, warmup=1,
+                               before=flush_caches if args.cache == "cold" else None)
         rows.append((f"B={B} K={K} V={V}", res))
         print(f"B={B} K={K} V={V}: {n_vis} rows visited; " + ", ".join(f"{k}={v * 1e3:.2f}ms" for k, v in res.items()),
               flush=True)
-    print_table(f"verify_logits, {args.dtype} logits ({args.data} draft)", rows, subject="fastspec", floor="read floor")
+    print_table(f"verify_logits, {args.dtype} logits ({args.data} draft, {args.cache} caches)", rows,
+                subject="fastspec", floor="read floor")
     peers = [n for n in rows[0][1] if n not in ("fastspec", "read floor", "exp floor")]
     for label, res in rows:
         best = min(res[n] for n in peers)
