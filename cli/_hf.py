@@ -1,11 +1,17 @@
-"""What the real-model commands (``dump``, ``measure``) share: importing the hf extra, and checking their common
-options before any model is loaded."""
+"""What the real-model commands (``dump``, ``measure``, ``cost``) share: importing the hf extra, checking their
+common options before any model is loaded, loading the models with progress, the EOS option, and SIGTERM handled
+like Ctrl-C (so temporary files are removed)."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from contextlib import contextmanager
 from typing import Optional
 
-from ._common import EXIT_RUNTIME, fail
+import typer
+
+from ._common import EXIT_RUNTIME, fail, progress_bar, stderr_console
 from ._options import option_errors
 
 
@@ -38,3 +44,47 @@ def check_options(hf, *, max_new_tokens: int, prompts: str, threads: Optional[in
             positive_int("top_k_save", top_k_save)
     with option_errors("--threads"):
         hf.set_threads(threads)
+
+
+def ignore_eos_option():
+    return typer.Option(False, "--ignore-eos", help="Do not stop a row at an end-of-sequence token: every row runs "
+                        "to --max-new-tokens (fixed-length runs, like vLLM's ignore_eos); recorded.")
+
+
+def eos_ids(hf, model, tokenizer, ignore_eos: bool):
+    """The EOS ids a run stops at: none with --ignore-eos, else the model's."""
+    return None if ignore_eos else hf.eos_ids(model, tokenizer)
+
+
+def load_models(hf, target: str, drafts):
+    """(target, tokenizer, {name: draft}) with a progress line per model file when stderr is not a terminal
+    (loading a model takes seconds to minutes)."""
+    specs = hf.parse_draft_specs(drafts) if drafts else {}
+    start, advance, _, stop = progress_bar(stderr_console(), "loading models", hf.model_files(specs), every=1)
+    start()
+    try:
+        return hf.resolve_models(target, specs, progress=advance)
+    finally:
+        stop()
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """While active (main thread only), SIGTERM raises KeyboardInterrupt like Ctrl-C, so ``finally`` blocks run
+    (a killed ``dump`` removes its staging directory); the previous handler is restored on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(_signum, _frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

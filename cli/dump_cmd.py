@@ -1,15 +1,14 @@
 """``fastspec dump``: a logit dump from real models (target + drafts) over a prompts file (needs fastspec[hf])."""
 from __future__ import annotations
 
-import os
 from typing import List, Optional
 
 import typer
 
-from ._common import print_json, progress_bar, stderr_console
-from ._hf import check_options, import_hf
-from ._options import (json_option, min_p_option, option_errors, sampling_params, seed_option, temperature_option,
-                       top_k_option, top_p_option)
+from ._common import fail, print_json, progress_bar, stderr_console
+from ._hf import check_options, eos_ids, ignore_eos_option, import_hf, load_models, sigterm_as_interrupt
+from ._options import (json_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
+                       temperature_option, top_k_option, top_p_option)
 from .main import app
 
 
@@ -17,43 +16,79 @@ from .main import app
 def dump_command(
     target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
                                 "directory or a .gguf file."),
-    draft: List[str] = typer.Option(..., "--draft", help="NAME=MODEL (repeatable). MODEL: model directory, .gguf file, "
-                                    "or exitL = the target's first L layers + its final norm and LM head."),
+    draft: List[str] = typer.Option([], "--draft", metavar="NAME=MODEL", help="Draft (repeatable; none: a "
+                                    "target-only dump, e.g. for n-gram analysis). MODEL: model directory, .gguf "
+                                    "file, exitL = the target's first L layers + its final norm and LM head, or "
+                                    "ngram[:MIN-MAX] = prompt lookup (no logits; its cost is recorded)."),
     prompts: str = typer.Option(..., "--prompts", help="Prompts: text file (one per line) or .jsonl (chat messages, "
                                 "{\"messages\": [...]}, {\"prompt\": ...})."),
     out: str = typer.Option(..., "--out", help="Output dump: DUMP.npz, or a directory of .npy files."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", metavar="N", help="Continuation length per prompt "
-                                        "(stops early at EOS)."),
+                                        "(stops early at EOS unless --ignore-eos); the dump's T is always N."),
+    ignore_eos: bool = ignore_eos_option(),
     temperature: float = temperature_option(1.0, "Temperature the continuation is sampled at (0 = greedy); "
                                             "recorded in the dump."),
     top_k: int = top_k_option(0, "Top-k of the continuation sampling (0 disables); recorded."),
     top_p: float = top_p_option(1.0, "Top-p of the continuation sampling, in (0, 1]; recorded."),
     min_p: float = min_p_option(0.0, "Min-p of the continuation sampling, in [0, 1); recorded."),
     top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Save sparse top-K log-probabilities "
-                                             "(processed with the sampling parameters) instead of dense float16 "
-                                             "logits."),
+                                             "(processed with the sampling parameters) instead of dense logits."),
+    dtype: str = typer.Option("float16", "--dtype", metavar="float16|float32", help="Dense logits' storage type "
+                              "(float32: twice the size, no rounding of near-tied top tokens)."),
     seed: int = seed_option("Seed of the continuation sampling (prompt i uses a seed derived from (seed, i))."),
     compress: Optional[bool] = typer.Option(None, "--compress/--no-compress", help="Deflate the .npz (default: on for "
                                             "sparse, off for dense)."),
+    costs: bool = typer.Option(True, "--costs/--no-costs", help="Measure the real loop's costs on this machine "
+                               "with these models and record them in the dump (array 'costs'; see fastspec cost)."),
+    cost_repeats: int = typer.Option(20, "--cost-repeats", metavar="N", help="Interleaved rounds the costs are "
+                                     "medians of."),
+    cost_k: str = typer.Option("1-8", "--cost-k", metavar="K", help="Draft lengths the recorded costs cover "
+                               "(1,2,4 or 1-8)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
     as_json: bool = json_option("Print a JSON summary of the written dump on stdout."),
 ) -> None:
-    """Sample a continuation from the target for each prompt, run every model teacher-forced over it, write a dump."""
+    """Sample a continuation from the target for each prompt, record every model's logits along it, measure the
+    loop's costs, write a dump."""
     params = sampling_params(temperature, top_k, top_p, min_p)
+    ks = parse_k(cost_k) if costs else []
+    if dtype not in ("float16", "float32"):
+        fail(f"--dtype {dtype}: use float16 or float32")
+    if cost_repeats < 1:
+        fail(f"--cost-repeats {cost_repeats} is invalid: use an integer >= 1")
     hf = import_hf()
+    from fastspec.hf.costs import DEFAULT_WARMUP
     check_options(hf, max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save)
     with option_errors("--out"):
         out = hf.check_dump_path(out)
-    tmodel, tok, drafts = hf.resolve_models(target, draft)
+    with option_errors("--draft"):
+        hf.parse_draft_specs(draft) if draft else None
+    tmodel, tok, drafts = load_models(hf, target, draft)
     ids = hf.read_prompts(prompts, tok)
-    start, advance, _, stop = progress_bar(stderr_console(), "dumping prompts", len(ids), every=1)
-    start()
-    try:
-        hf.dump_logits(out, tmodel, drafts, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
-                       top_k_save=top_k_save, seed=seed, eos_token_id=hf.eos_ids(tmodel, tok), compressed=compress,
-                       progress=advance, workdir=os.path.dirname(os.path.abspath(out)))
-    finally:
-        stop()
+    console = stderr_console()
+    start, advance, _, stop = progress_bar(console, "dumping prompts", len(ids), every=1)
+    cstart, cadvance, _, cstop = progress_bar(console, "measuring costs (rounds)", cost_repeats + DEFAULT_WARMUP,
+                                              every=5)
+    costs_started = []
+
+    def cost_progress(n=1):
+        if not costs_started:  # the prompts are done: their bar gives way to the costs'
+            stop()
+            cstart()
+            costs_started.append(True)
+        cadvance(n)
+
+    with sigterm_as_interrupt():
+        start()
+        try:
+
+            hf.dump_logits(out, tmodel, drafts, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
+                           top_k_save=top_k_save, seed=seed, eos_token_id=eos_ids(hf, tmodel, tok, ignore_eos),
+                           ignore_eos=ignore_eos, dtype=dtype, compressed=compress, costs=costs,
+                           cost_k=ks or (1,), cost_repeats=cost_repeats, progress=advance,
+                           cost_progress=cost_progress)
+        finally:
+            stop()
+            cstop()
     from fastspec.io import load_dump
 
     with load_dump(out) as d:
@@ -61,6 +96,8 @@ def dump_command(
     if as_json:
         print_json(info)
     else:
-        typer.echo(f"wrote {out}: {info['kind']} dump, drafts {', '.join(info['drafts'])}, N={info['N']} prompts, "
-                   f"T={info['T']}, V={info['V']}, {info['valid_positions']} positions, "
-                   f"{info['size_on_disk'] / 2 ** 20:.2f} MiB")
+        typer.echo(f"wrote {out}: {info['kind']} dump, drafts {', '.join(info['drafts']) or 'none (target only)'}, "
+                   f"N={info['N']} prompts, T={info['T']}, V={info['V']}, {info['valid_positions']} positions, "
+                   f"{info['size_on_disk'] / 2 ** 20:.2f} MiB"
+                   + ("" if info["costs"] is None else f"; costs recorded ({info['costs'].get('machine')}, "
+                      f"{info['costs'].get('threads')} threads)"))

@@ -86,6 +86,7 @@ from . import inspect_cmd  # noqa: E402,F401
 from . import simulate_cmd  # noqa: E402,F401
 from . import dump_cmd  # noqa: E402,F401
 from . import measure_cmd  # noqa: E402,F401
+from . import cost_cmd  # noqa: E402,F401
 
 
 def main() -> None:

@@ -51,8 +51,9 @@ _TOP_KEYS = {"version", "machine", "threads", "context_length", "target", "draft
              "repeats", "note"}
 
 
-def _seconds(obj, where: str, *, first: int) -> dict[int, float]:
-    """{n: seconds} from a JSON object keyed by integers >= first (positive finite values)."""
+def _seconds(obj, where: str, *, first: int, positive: bool = True) -> dict[int, float]:
+    """{n: seconds} from a JSON object keyed by integers >= first: finite values > 0 (a measured time is never
+    zero, and a zero would divide), or >= 0 when not ``positive`` (standard errors)."""
     if not isinstance(obj, Mapping) or not obj:
         raise InvalidInput(f"cost table: {where} must be a non-empty object {{\"n\": seconds, ...}}")
     out = {}
@@ -63,14 +64,17 @@ def _seconds(obj, where: str, *, first: int) -> dict[int, float]:
             raise InvalidInput(f"cost table: {where}: key {key!r} is not an integer") from None
         if n < first or str(n) != str(key).strip():
             raise InvalidInput(f"cost table: {where}: key {key!r} must be an integer >= {first}")
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0:
-            raise InvalidInput(f"cost table: {where}[{key!r}] = {val!r} must be a finite number of seconds >= 0")
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0 or \
+                (positive and val == 0):
+            raise InvalidInput(f"cost table: {where}[{key!r}] = {val!r} must be a finite number of seconds "
+                               f"{'> 0' if positive else '>= 0'}")
         out[n] = float(val)
     return out
 
 
 def _optional(obj, key, where, first):
-    return _seconds(obj[key], f"{where}.{key}", first=first) if key in obj else {}
+    """Standard errors (``*_se``): optional, >= 0."""
+    return _seconds(obj[key], f"{where}.{key}", first=first, positive=False) if key in obj else {}
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,6 @@ def _base():
     (lambda a: a.update(draft_logits=a["draft_logits"][:, :, :5]), "vocabulary 5"),
     (lambda a: a.update(draft_logits=a["draft_logits"][:1]), "leading"),
     (lambda a: a.update(drafty_logits=a.pop("draft_logits")), "unknown name"),
-    (lambda a: a.pop("draft_logits"), "no draft"),
     (lambda a: a.pop("target_logits"), "missing the target"),
     (lambda a: a.update(target_logits=a["target_logits"].astype(np.int32)), "dtype int32"),
     (lambda a: a.update(lengths=np.array([5, 0])), r"'lengths': index 1"),
@@ -181,8 +180,8 @@ def test_refuses_object_arrays_truncation_and_bombs(tmp_path):
     # directory with a missing member / truncated member
     d = save_dump(tmp_path / "dd", *_dense())
     os.remove(os.path.join(d, "draft_logits.npy"))
-    with pytest.raises(ValueError, match="no draft"):
-        load_dump(d)
+    with load_dump(d) as td:  # what is left is a valid target-only dump
+        assert td.drafts == ()
     d = save_dump(tmp_path / "dt", *_dense())
     f = os.path.join(d, "target_logits.npy")
     data = open(f, "rb").read()

@@ -8,12 +8,15 @@ One concept per module:
 
 * :mod:`~fastspec.hf.models` -- :func:`load_model`, :func:`load_tokenizer`, :func:`early_exit`, the checks that a
   draft shares the target's tokenizer and vocabulary, :func:`parse_draft_specs` / :func:`resolve_models`
-  (``NAME=MODEL`` specifications), :func:`eos_ids`, :func:`set_threads`, :func:`quiet_logging`;
+  (``NAME=MODEL`` specifications; MODEL may be ``exitL`` or ``ngram[:MIN-MAX]``), :func:`eos_ids`,
+  :func:`set_threads`, :func:`quiet_logging`;
 * :mod:`~fastspec.hf.prompts` -- :func:`read_prompts` (text or ``.jsonl`` chat messages, chat templates);
 * :mod:`~fastspec.hf.runner` -- the KV-cached forward runner with rollback;
 * :mod:`~fastspec.hf.loop` -- :func:`generate`, :func:`speculative_generate` (:func:`fastspec.verify_logits`
   decides every step) and :class:`SpecResult`, :func:`teacher_forced_logits`;
 * :mod:`~fastspec.hf.dumping` -- :func:`dump_logits`, the dump ``fastspec.simulate`` reads;
+* :mod:`~fastspec.hf.costs` -- :func:`measure_costs`: the real loop's cost table (:mod:`fastspec.costs`) measured
+  on this machine with the very models;
 * :mod:`~fastspec.hf.measure` -- :func:`measure` / :class:`MeasureResult`: the real loop over prompts;
 * :mod:`~fastspec.hf.prediction` -- :func:`ratio_ci`, :func:`predict` and :func:`compare`: a dump's prediction
   with its CI over prompts, relative error and z against a measurement (no torch needed there).
@@ -25,17 +28,19 @@ Sampling parameters follow :class:`fastspec.params.SamplingParams`; every token 
 """
 from __future__ import annotations
 
+from .costs import measure_costs
 from .dumping import check_dump_path, dump_logits
 from .loop import SpecResult, generate, speculative_generate, teacher_forced_logits
 from .measure import MeasureResult, measure
 from .models import (check_same_tokenizer, check_vocab_size, early_exit, eos_ids, load_model, load_tokenizer,
-                     parse_draft_specs, quiet_logging, resolve_models, set_threads)
+                     model_files, parse_draft_specs, parse_ngram_spec, quiet_logging, resolve_models, set_threads)
 from .prediction import Prediction, compare, predict, prediction_over_prompts, ratio_ci, relative_error, z_difference
 from .prompts import read_prompts
 
 __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer", "resolve_models", "read_prompts",
            "generate", "teacher_forced_logits", "speculative_generate", "SpecResult", "dump_logits", "measure",
-           "MeasureResult", "ratio_ci",
+           "MeasureResult", "ratio_ci", "measure_costs",
            # also public (used by the command line and the tests)
-           "check_vocab_size", "parse_draft_specs", "eos_ids", "set_threads", "quiet_logging", "check_dump_path",
+           "check_vocab_size", "parse_draft_specs", "parse_ngram_spec", "model_files",
+           "eos_ids", "set_threads", "quiet_logging", "check_dump_path",
            "Prediction", "predict", "prediction_over_prompts", "compare", "relative_error", "z_difference"]

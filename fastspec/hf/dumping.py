@@ -1,9 +1,18 @@
 """Logit dumps from real models: what :func:`fastspec.simulate` and the acceptance analysis read.
 
-For each prompt a continuation is sampled from the target; then every model is run teacher-forced over
-prompt + continuation and, for each generated position t, the logits that predict token t are recorded (dense
-float16) or the top-K processed log-probabilities (sparse), in the dump format of ``data/README.md``, written
-with :func:`fastspec.io.save_dump` (so validation is shared with the loader).
+For each prompt a continuation is sampled from the target (:func:`fastspec.hf.generate`, KV cache); the target's
+rows are the logits that sampling drew each token from.  An early-exit draft ``exitL`` of the target gets its rows
+from the same forwards (the hidden state after decoder layer L, then the final norm and LM head, all positions in
+one product), so it costs no forward of its own; any other draft model is run teacher-forced over prompt +
+continuation (one forward per prompt).  Rows are stored as dense raw logits (float16 or float32) or the top-K
+processed log-probabilities (sparse), in the dump format of ``data/README.md``, written with
+:func:`fastspec.io.save_dump` (so validation is shared with the loader), with the prompts, whether EOS was
+ignored, and by default the cost table of the real loop measured on this machine
+(:func:`fastspec.hf.costs.measure_costs`).
+
+The dump is staged in a dot-named temporary directory next to the output (``.fastspec-dump-XXXX``: names
+starting with ``.`` are never read as shards) and renamed into place at the end; the staging directory is
+removed on failure and on interrupt.
 """
 from __future__ import annotations
 
@@ -13,16 +22,26 @@ import tempfile
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+import torch
 
-from ..errors import InvalidInput
+from ..costs import CostTable
+from ..errors import InvalidInput, InvalidType
 from ..io import check_draft_name, save_dump
+from ..ngram import NgramProposer
 from ..params import SamplingParams
 from ..processing import probabilities
-from .args import check_max_new_tokens, positive_int
+from .args import as_token_ids, check_k, check_max_new_tokens, eos_set, positive_int
 from .loop import derive_seed, generate, teacher_forced_logits
 from .models import check_vocab_size
 
-__all__ = ["dump_logits", "check_dump_path"]
+__all__ = ["dump_logits", "check_dump_path", "DUMP_DTYPES", "STAGING_PREFIX", "DEFAULT_COST_K"]
+
+DUMP_DTYPES = ("float16", "float32")
+STAGING_PREFIX = ".fastspec-dump-"
+DEFAULT_COST_K = tuple(range(1, 9))
+#: model types whose causal-LM head is exactly lm_head(norm(hidden)) (no soft-capping or scaling of the logits),
+#: so an early exit's rows can be taken from the target's own forwards
+_PLAIN_HEAD_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
 
 
 def check_dump_path(out) -> str:
@@ -32,6 +51,9 @@ def check_dump_path(out) -> str:
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise InvalidInput(f"out {out!r}: directory {parent} does not exist")
+    if os.path.basename(os.path.abspath(out)).startswith("."):
+        raise InvalidInput(f"out {out!r}: a name starting with '.' is never read as a shard and is reserved for "
+                           "temporary files; choose another name")
     if os.path.isdir(out):
         if out.endswith(".npz"):
             raise InvalidInput(f"out {out!r} is a directory; an .npz dump is a file")
@@ -57,88 +79,210 @@ def _topk(logits: np.ndarray, kk: int, params: SamplingParams):
     return idx.astype(np.int32), np.minimum(lp, 0.0).astype(np.float32)
 
 
-def _assemble(tmp: str, roles: int, lengths: list[int], suffix: str, shape_tail: tuple, dtype) -> list[np.ndarray]:
-    """One memory-mapped padded array [N, T, *shape_tail] per role from the per-prompt ``.npy`` parts."""
-    N, T = len(lengths), max(lengths)
-    arrs = []
-    for r in range(roles):
-        a = np.lib.format.open_memmap(os.path.join(tmp, f"all_{r}{suffix}.npy"), mode="w+", dtype=dtype,
-                                      shape=(N, T) + shape_tail)
-        for i in range(N):
-            part = np.load(os.path.join(tmp, f"{i}_{r}{suffix}.npy"), mmap_mode="r")
-            a[i, :len(part)] = part
-            a[i, len(part):] = part[-1]  # padding: never read, but keep it valid-looking
-        a.flush()
-        arrs.append(a)
-    return arrs
+def _exit_depth(target, draft) -> int | None:
+    """L when ``draft`` is :func:`fastspec.hf.early_exit` (target, L) -- the target's own modules -- and the
+    target's head is plain (lm_head(norm(h))); else None (the draft is run on its own)."""
+    L = getattr(draft, "fastspec_exit_layers", None)
+    if L is None or getattr(getattr(target, "config", None), "model_type", None) not in _PLAIN_HEAD_TYPES:
+        return None
+    try:
+        t, d = target.model, draft.model
+        shared = (draft.lm_head is target.lm_head and d.norm is t.norm and d.embed_tokens is t.embed_tokens
+                  and len(d.layers) == L and all(d.layers[i] is t.layers[i] for i in range(L)))
+    except AttributeError:
+        return None
+    return L if shared else None
 
 
-def dump_logits(out, target, drafts: Mapping, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 128,
+class _ExitCapture:
+    """Forward hooks on the target's decoder layers L-1: the last position's hidden state of every forward."""
+
+    def __init__(self, target, depths):
+        self.layers = {L: target.model.layers[L - 1] for L in depths}
+        self.states: dict[int, list] = {L: [] for L in depths}
+        self.handles = []
+
+    def __enter__(self):
+        for L, layer in self.layers.items():
+            self.handles.append(layer.register_forward_hook(self._hook(L)))
+        return self
+
+    def _hook(self, L):
+        def hook(_module, _inputs, output):
+            h = output[0] if isinstance(output, (tuple, list)) else output
+            self.states[L].append(h[0, -1].detach().clone())
+        return hook
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def reset(self):
+        for v in self.states.values():
+            v.clear()
+
+    @torch.inference_mode()
+    def logits(self, draft, L: int, n: int) -> np.ndarray:
+        """float32 [n, V]: the exit draft's logits for the n captured forwards (final norm, LM head)."""
+        if len(self.states[L]) != n:
+            raise RuntimeError(f"internal: {len(self.states[L])} hidden states captured for {n} tokens")
+        h = torch.stack(self.states[L])[None]
+        return draft.lm_head(draft.model.norm(h))[0].to(torch.float32).numpy()
+
+
+def _dtype(dtype) -> np.dtype:
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name not in DUMP_DTYPES:
+        raise InvalidInput(f"dtype {dtype!r} is invalid: dense logits are stored as float16 or float32")
+    return np.dtype(name)
+
+
+def _check_costs_arg(costs):
+    if isinstance(costs, bool) or costs is None:
+        return costs
+    if isinstance(costs, (CostTable, str, Mapping)):
+        return costs
+    raise InvalidType(f"costs must be True (measure), False/None (none), or a cost table (CostTable, dict or JSON), "
+                      f"got {type(costs).__name__}")
+
+
+def _stage(out: str) -> str:
+    """A dot-named staging directory next to ``out`` (same file system: the final rename is atomic)."""
+    return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=os.path.dirname(os.path.abspath(out)))
+
+
+def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 128,
                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-                top_k_save: int | None = None, seed: int = 0, eos_token_id=None, compressed: bool | None = None,
-                progress: Callable[[int], None] | None = None, workdir=None) -> str:
-    """Write a logit dump of ``target`` and ``drafts`` ({name: model}) over ``prompts`` (lists of token ids).
+                top_k_save: int | None = None, seed: int = 0, eos_token_id=None, ignore_eos: bool = False,
+                dtype="float16", compressed: bool | None = None, costs=True, cost_k: Sequence[int] = DEFAULT_COST_K,
+                cost_repeats: int = 20, progress: Callable[[int], None] | None = None,
+                cost_progress: Callable[[int], None] | None = None) -> str:
+    """Write a logit dump of ``target`` and ``drafts`` ({name: model or NgramProposer}) over ``prompts`` (lists of
+    token ids); returns the path written.
 
-    For prompt i a continuation is sampled from the target (:func:`fastspec.hf.generate` under the sampling
-    parameters, seed :func:`fastspec.hf.loop.derive_seed` (seed, i)); then every model is run teacher-forced
-    over prompt + continuation.  Dense (default): raw float16 logits [N, T, V].  ``top_k_save=K``: sparse top-K
-    (ids int32, processed log-probabilities float32 under the sampling parameters).  Also written: ``tokens``
-    [N, T], ``lengths`` [N], temperature/top_k/top_p/min_p and vocab_size.  Memory: each prompt's arrays go to
-    ``.npy`` files in a temporary directory (under ``workdir``, default the system's) as soon as they are
-    computed; at the end they are copied into memory-mapped padded arrays and written by
-    :func:`fastspec.io.save_dump` (streams from the memory maps), so peak memory is one prompt's logits plus
-    the writer's buffers, not the dump.  ``compressed`` (npz only) defaults to True for sparse dumps.
-    ``progress(1)`` is called after each prompt.  Returns the path written."""
+    For prompt i a continuation of at most ``max_new_tokens`` tokens is sampled from the target (the sampling
+    parameters, seed :func:`fastspec.hf.loop.derive_seed` (seed, i)), stopping after an EOS token of
+    ``eos_token_id`` unless ``ignore_eos`` (then every row has ``max_new_tokens`` positions, like vLLM's
+    ``ignore_eos``).  Rows (module docstring): dense raw logits in ``dtype`` (``"float16"`` or ``"float32"``)
+    [N, T, V], or with ``top_k_save=K`` sparse top-K (ids int32, processed log-probabilities float32 under the
+    sampling parameters).  T is always ``max_new_tokens`` (rows are padded; ``lengths`` records the real ones), so
+    identical calls give shards that load together.  An n-gram draft (:class:`fastspec.ngram.NgramProposer`) has no
+    logits: it is recorded in the cost table only; with no model draft the dump is target-only.
+
+    Also written: ``tokens`` [N, T], ``lengths`` [N], ``prompt_tokens`` [N, P] (padded with 0) and
+    ``prompt_lengths`` [N], metadata temperature/top_k/top_p/min_p, vocab_size and ``ignore_eos`` (True when EOS did
+    not stop the rows, also when no EOS id was given), and ``costs``: with ``costs=True`` the cost table
+    :func:`fastspec.hf.costs.measure_costs` measures after the rows (``cost_k``: the draft lengths it covers,
+    ``cost_repeats`` rounds, context: the prompt and first half of the median-length row), or a given
+    :class:`fastspec.costs.CostTable` (dict, JSON), or none (``costs=False``).
+
+    Memory: rows go straight into memory-mapped arrays in the staging directory; :func:`fastspec.io.save_dump`
+    validates and writes them from there, so peak memory is one prompt's float32 rows per model, not the dump.
+    ``compressed`` (npz only) defaults to True for sparse dumps.  ``progress(1)`` is called after each prompt,
+    ``cost_progress(1)`` after each cost-measurement round."""
     params = SamplingParams(temperature, top_k, top_p, min_p)
     n_new = check_max_new_tokens(max_new_tokens)
-    if not drafts:
-        raise InvalidInput("drafts: give at least one draft model")
+    drafts = dict(drafts or {})
     for name in drafts:
         check_draft_name(name)
     top_k_save = None if top_k_save is None else positive_int("top_k_save", top_k_save)
+    store = _dtype(dtype)
+    costs = _check_costs_arg(costs)
+    cost_k = [check_k(k) for k in cost_k]
+    cost_repeats = positive_int("cost_repeats", cost_repeats)
+    if not isinstance(ignore_eos, (bool, np.bool_)):
+        raise InvalidType(f"ignore_eos must be True or False, got {ignore_eos!r}")
     if not prompts:
         raise InvalidInput("prompts: give at least one prompt")
+    prompts = [as_token_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
     out = check_dump_path(out)
+    models = {}
     for name, m in drafts.items():
+        if isinstance(m, NgramProposer):
+            continue
+        if not isinstance(m, torch.nn.Module):
+            raise InvalidType(f"draft {name!r}: expected a model or a fastspec.ngram.NgramProposer, got "
+                              f"{type(m).__name__}")
         check_vocab_size(target, m, name)
+        models[name] = m
+    eos = None if ignore_eos else eos_token_id
     sparse = top_k_save is not None
-    roles = [target, *drafts.values()]
-    tmp = tempfile.mkdtemp(prefix="fastspec-dump-", dir=workdir)
+    V = int(target.get_output_embeddings().weight.shape[0])
+    kk = min(top_k_save, V) if sparse else None
+    N, P = len(prompts), max(len(p) for p in prompts)
+    exits = {name: _exit_depth(target, m) for name, m in models.items()}
+    exits = {name: L for name, L in exits.items() if L is not None}
+    roles = ["target", *models]
+
+    staging = _stage(out)
     try:
-        lengths, V = [], None
-        for i, prompt in enumerate(prompts):
-            cont = generate(target, prompt, **params.as_dict(), seed=derive_seed(seed, i), max_new_tokens=n_new,
-                            eos_token_id=eos_token_id)
-            np.save(os.path.join(tmp, f"{i}_tokens.npy"), cont)
-            lengths.append(len(cont))
-            for r, m in enumerate(roles):
-                lg = teacher_forced_logits(m, prompt, cont)
-                V = lg.shape[-1]
-                if sparse:
-                    ids, lp = _topk(lg, top_k_save, params)
-                    np.save(os.path.join(tmp, f"{i}_{r}_ids.npy"), ids)
-                    np.save(os.path.join(tmp, f"{i}_{r}_lp.npy"), lp)
-                else:
-                    np.save(os.path.join(tmp, f"{i}_{r}_logits.npy"), lg.astype(np.float16))
-                del lg
-            if progress is not None:
-                progress(1)
+        def array(name, shape, dt):
+            return np.lib.format.open_memmap(os.path.join(staging, f"part-{name}.npy"), mode="w+", dtype=dt,
+                                             shape=shape)
+
         if sparse:
-            kk = min(top_k_save, V)
-            ids = _assemble(tmp, len(roles), lengths, "_ids", (kk,), np.int32)
-            lps = _assemble(tmp, len(roles), lengths, "_lp", (kk,), np.float32)
-            values = list(zip(ids, lps, strict=True))
+            values = {r: (array(f"{i}-ids", (N, n_new, kk), np.int32), array(f"{i}-lp", (N, n_new, kk), np.float32))
+                      for i, r in enumerate(roles)}
         else:
-            values = _assemble(tmp, len(roles), lengths, "_logits", (V,), np.float16)
-        tokens = np.zeros((len(prompts), max(lengths)), np.int64)
-        for i in range(len(prompts)):
-            c = np.load(os.path.join(tmp, f"{i}_tokens.npy"))
-            tokens[i, :len(c)] = c
+            values = {r: array(f"{i}-logits", (N, n_new, V), store) for i, r in enumerate(roles)}
+        tokens = np.zeros((N, n_new), np.int64)
+        lengths = np.zeros(N, np.int64)
+        prompt_tokens = np.zeros((N, P), np.int64)
+        prompt_lengths = np.asarray([len(p) for p in prompts], np.int64)
+        rows = np.empty((n_new, V), np.float32)
+
+        def keep(i, row):
+            rows[i] = row
+
+        def put(role, i, lg):
+            L = lg.shape[0]
+            if sparse:
+                ids, lp = _topk(lg, kk, params)
+                for a, part in zip(values[role], (ids, lp), strict=True):
+                    a[i, :L] = part
+                    a[i, L:] = part[-1]  # padding: never read, but keep it valid-looking
+            else:
+                a = values[role]
+                a[i, :L] = lg
+                a[i, L:] = a[i, L - 1]
+
+        with _ExitCapture(target, sorted(set(exits.values()))) as cap:
+            for i, prompt in enumerate(prompts):
+                cap.reset()
+                cont = generate(target, prompt, **params.as_dict(), seed=derive_seed(seed, i), max_new_tokens=n_new,
+                                eos_token_id=eos, on_logits=keep)
+                L = len(cont)
+                tokens[i, :L] = cont
+                lengths[i] = L
+                prompt_tokens[i, :len(prompt)] = prompt
+                put("target", i, rows[:L])
+                for name, m in models.items():
+                    lg = cap.logits(m, exits[name], L) if name in exits else teacher_forced_logits(m, prompt, cont)
+                    put(name, i, lg)
+                    del lg
+                if progress is not None:
+                    progress(1)
+
+        table = None
+        if costs is True:
+            from .costs import measure_costs
+
+            mid = int(np.argsort(prompt_lengths + lengths, kind="stable")[(N - 1) // 2])
+            seq = prompts[mid] + tokens[mid, :lengths[mid]].tolist()
+            table = measure_costs(target, drafts, ks=cost_k, context=seq,
+                                  context_length=len(prompts[mid]) + max(1, int(lengths[mid]) // 2),
+                                  repeats=cost_repeats, **params.as_dict(), seed=seed, progress=cost_progress)
+        elif costs:
+            table = costs
         if compressed is None:
             compressed = sparse
-        save_dump(out, values[0], dict(zip(drafts, values[1:], strict=True)), tokens=tokens,
-                  lengths=np.asarray(lengths, np.int64),
-                  **params.as_dict(), vocab_size=V, compressed=bool(compressed) and out.endswith(".npz"))
+        final = os.path.join(staging, os.path.basename(os.path.abspath(out)))
+        save_dump(final, values["target"], {name: values[name] for name in models}, tokens=tokens, lengths=lengths,
+                  **params.as_dict(), vocab_size=V, compressed=bool(compressed) and out.endswith(".npz"),
+                  layout="npz" if out.endswith(".npz") else "dir", prompt_tokens=prompt_tokens,
+                  prompt_lengths=prompt_lengths, ignore_eos=bool(ignore_eos or not eos_set(eos_token_id)), costs=table)
+        os.replace(final, out)
         return out
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)

@@ -48,12 +48,14 @@ def _draw(logits_row: np.ndarray, rng: np.random.Generator, params: SamplingPara
 
 @torch.inference_mode()
 def generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128,
-             eos_token_id=None, use_cache=True) -> np.ndarray:
+             eos_token_id=None, use_cache=True, on_logits=None) -> np.ndarray:
     """Plain autoregressive sampling from ``model`` (the reference the speculative loop is compared with).
 
     Token i is drawn from the processed distribution of the model's logits (:func:`fastspec.probabilities`) by
     inverse CDF with the i-th uniform of ``np.random.default_rng(seed)``; temperature 0 is greedy.  Stops after
-    ``max_new_tokens`` or an EOS token (included).  Returns int64 [n] generated tokens."""
+    ``max_new_tokens`` or an EOS token (included; ``eos_token_id=None``: never).  ``on_logits(i, row)``, when
+    given, receives the raw float32 logits row [V] token i is drawn from (before it is drawn).  Returns int64
+    [n] generated tokens."""
     params = SamplingParams(temperature, top_k, top_p, min_p)
     seq = as_token_ids(input_ids)
     n_new = check_max_new_tokens(max_new_tokens)
@@ -61,8 +63,11 @@ def generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0
     rng = np.random.default_rng(seed)
     run = KVRunner(model, use_cache)
     out = []
-    for _ in range(n_new):
-        x = _draw(run.logits(seq, 1)[0], rng, params)
+    for i in range(n_new):
+        row = run.logits(seq, 1)[0]
+        if on_logits is not None:
+            on_logits(i, row)
+        x = _draw(row, rng, params)
         seq.append(x)
         out.append(x)
         if x in eos:

@@ -2,29 +2,35 @@
 scores the target's vocabulary, draft specifications, and the torch / transformers process settings.
 
 Everything loads with ``local_files_only=True`` (no download): a Hugging Face model directory, or a GGUF file
-(``from_pretrained(dir, gguf_file=name)``, dequantized to float32).  A draft can also be ``exitL``: the target's
-embeddings and first L decoder layers, then its final norm and LM head (:func:`early_exit`, weights shared).
+(``from_pretrained(dir, gguf_file=name)``, dequantized to float32; transformers' own progress bar for it is kept
+quiet).  A draft can also be ``exitL``: the target's embeddings and first L decoder layers, then its final norm and
+LM head (:func:`early_exit`, weights shared); or ``ngram`` / ``ngram:MAX`` / ``ngram:MIN-MAX``: prompt lookup
+(:class:`fastspec.ngram.NgramProposer`, no model).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from ..errors import InvalidInput, InvalidType
 from ..io import check_draft_name
-from .args import positive_int
+from ..ngram import NgramProposer
+from .args import MAX_K, positive_int
 
 __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer", "check_vocab_size",
-           "parse_draft_specs", "resolve_models", "eos_ids", "set_threads", "quiet_logging"]
+           "parse_draft_specs", "parse_ngram_spec", "resolve_models", "model_files", "eos_ids", "set_threads",
+           "quiet_logging"]
 
 _EXIT_RE = re.compile(r"^exit(\d+)$")
+_NGRAM_RE = re.compile(r"^ngram(?::(.*))?$")
 _MODEL_KINDS = ("a local Hugging Face model directory, a .gguf file, or (drafts only) exitL for the target's first L "
-                "layers")
+                "layers or ngram[:MIN-MAX] for prompt lookup")
 
 
 def _split_spec(spec) -> tuple[str, dict]:
@@ -44,7 +50,41 @@ def load_tokenizer(spec):
     from transformers import AutoTokenizer
 
     path, kw = _split_spec(spec)
-    return AutoTokenizer.from_pretrained(path, local_files_only=True, **kw)
+    with _quiet_gguf() if "gguf_file" in kw else contextlib.nullcontext():
+        return AutoTokenizer.from_pretrained(path, local_files_only=True, **kw)
+
+
+@contextlib.contextmanager
+def _quiet_gguf():
+    """While loading a GGUF file: transformers' GGUF reader without its tqdm bar (it ignores transformers' own
+    progress-bar switch), and its metadata-only reads (config, tokenizer) parsed once per file instead of once per
+    caller.  Restored on exit; a no-op when transformers has no GGUF support."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as g
+    except ImportError:
+        yield
+        return
+    saved = {name: getattr(g, name) for name in ("tqdm", "load_gguf_checkpoint") if hasattr(g, name)}
+    original = saved.get("load_gguf_checkpoint")
+    memo: dict = {}
+
+    def load(path, return_tensors=False, *args, **kwargs):
+        if return_tensors or args or kwargs:
+            return original(path, return_tensors, *args, **kwargs)
+        key = (os.path.abspath(path), os.path.getmtime(path))
+        if key not in memo:
+            memo[key] = original(path, False)
+        return copy.deepcopy(memo[key])
+
+    if "tqdm" in saved:
+        g.tqdm = lambda iterable=None, *_a, **_k: iterable
+    if original is not None:
+        g.load_gguf_checkpoint = load
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(g, name, value)
 
 
 def load_model(spec, *, dtype=torch.float32):
@@ -52,12 +92,13 @@ def load_model(spec, *, dtype=torch.float32):
     from transformers import AutoModelForCausalLM
 
     path, kw = _split_spec(spec)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype, **kw)
-    except TypeError:  # older transformers: torch_dtype
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=dtype, **kw)
-    model.eval()
-    return model, load_tokenizer(spec)
+    with _quiet_gguf() if "gguf_file" in kw else contextlib.nullcontext():
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype, **kw)
+        except TypeError:  # older transformers: torch_dtype
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=dtype, **kw)
+        model.eval()
+        return model, load_tokenizer(spec)
 
 
 def _decoder(model):
@@ -125,8 +166,9 @@ def check_vocab_size(target, draft, name: str = "draft") -> None:
 
 def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
     """{name: MODEL} from a mapping, or from ``NAME=MODEL`` / ``MODEL`` strings (the name of a bare MODEL is
-    ``exitL`` itself or the file / directory name without extension).  Names follow
-    :func:`fastspec.io.check_draft_name` and must be distinct."""
+    ``exitL`` or ``ngram`` itself, or the file / directory name without extension).  Names follow
+    :func:`fastspec.io.check_draft_name` and must be distinct; an ``ngram...`` MODEL must parse
+    (:func:`parse_ngram_spec`)."""
     if isinstance(drafts, Mapping):
         items = [(str(k), str(v)) for k, v in drafts.items()]
     elif isinstance(drafts, (str, bytes)):
@@ -139,7 +181,8 @@ def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, st
                 name, spec = s.split("=", 1)
             else:
                 spec = s
-                name = spec if _EXIT_RE.match(spec) else os.path.splitext(os.path.basename(spec.rstrip("/")))[0]
+                name = ("ngram" if _NGRAM_RE.match(spec) else spec if _EXIT_RE.match(spec)
+                        else os.path.splitext(os.path.basename(spec.rstrip("/")))[0])
             items.append((name.strip(), spec.strip()))
     if not items:
         raise InvalidInput(f"drafts: give at least one draft as NAME=MODEL (MODEL: {_MODEL_KINDS})")
@@ -150,28 +193,66 @@ def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, st
             raise InvalidInput(f"draft name {name!r} is given twice; names must be distinct")
         if not spec:
             raise InvalidInput(f"draft {name!r} has an empty MODEL; write NAME=MODEL")
+        parse_ngram_spec(spec)  # an ngram... spec that does not parse is refused here, before any model loads
         out[name] = spec
     return out
 
 
-def resolve_models(target, drafts: Mapping[str, str] | Sequence[str]):
-    """Load ``target`` and every draft: (target_model, tokenizer, {name: draft_model}).
+def parse_ngram_spec(spec: str) -> NgramProposer | None:
+    """The prompt-lookup proposer of ``ngram`` (n-grams of 1..3 tokens), ``ngram:MAX`` (1..MAX) or
+    ``ngram:MIN-MAX``, with the latest occurrence (:mod:`fastspec.ngram`); None when ``spec`` is not an ngram
+    specification.  Its ``k`` is the largest draft length (:data:`fastspec.hf.args.MAX_K`): a loop proposing d
+    tokens takes the first d (``dataclasses.replace(p, k=d)`` gives the same tokens)."""
+    m = _NGRAM_RE.match(str(spec).strip())
+    if m is None:
+        return None
+    arg = m.group(1)
+    if arg is None:
+        return NgramProposer(k=MAX_K)
+    parts = arg.split("-")
+    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
+        raise InvalidInput(f"draft {spec!r} does not parse: write ngram, ngram:MAX or ngram:MIN-MAX with integers "
+                           "1 <= MIN <= MAX (the n-gram lengths to match)")
+    lo, hi = (1, int(parts[0])) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+    if not 1 <= lo <= hi:
+        raise InvalidInput(f"draft {spec!r}: n-gram lengths MIN = {lo}, MAX = {hi} are invalid; use 1 <= MIN <= MAX")
+    return NgramProposer(k=MAX_K, min_n=lo, max_n=hi)
 
-    ``drafts``: as :func:`parse_draft_specs` takes them; MODEL is a local model directory, a .gguf file or
-    ``exitL``.  Drafts with another tokenizer or vocabulary size are refused (InvalidInput)."""
-    specs = parse_draft_specs(drafts)
+
+def resolve_models(target, drafts: Mapping[str, str] | Sequence[str] = (), *,
+                   progress: Callable[[int], None] | None = None):
+    """Load ``target`` and every draft: (target_model, tokenizer, {name: draft}).
+
+    ``drafts``: as :func:`parse_draft_specs` takes them (none: a target alone); MODEL is a local model directory,
+    a .gguf file, ``exitL`` (a model sharing the target's weights) or ``ngram[:MIN-MAX]`` (a
+    :class:`fastspec.ngram.NgramProposer`, no model).  Drafts with another tokenizer or vocabulary size are
+    refused (InvalidInput).  ``progress(1)`` is called after each model file is loaded."""
+    specs = parse_draft_specs(drafts) if drafts else {}
     tmodel, tok = load_model(target)
+    if progress is not None:
+        progress(1)
     out = {}
     for name, spec in specs.items():
         m = _EXIT_RE.match(spec)
         if m:
             out[name] = early_exit(tmodel, int(m.group(1)))
             continue
+        ngram = parse_ngram_spec(spec)
+        if ngram is not None:
+            out[name] = ngram
+            continue
         dtok = load_tokenizer(spec)
         check_same_tokenizer(tok, dtok, names=(f"target {target}", f"draft {name} ({spec})"))
         out[name], _ = load_model(spec)
         check_vocab_size(tmodel, out[name], name)
+        if progress is not None:
+            progress(1)
     return tmodel, tok, out
+
+
+def model_files(drafts: Mapping[str, str]) -> int:
+    """How many model files :func:`resolve_models` loads for these draft specifications (the target included)."""
+    return 1 + sum(1 for spec in drafts.values() if not _EXIT_RE.match(spec) and parse_ngram_spec(spec) is None)
 
 
 def eos_ids(model, tokenizer=None) -> tuple[int, ...]:
@@ -188,8 +269,17 @@ def eos_ids(model, tokenizer=None) -> tuple[int, ...]:
 
 
 def set_threads(threads: int | None = None) -> int:
-    """Set torch's intra-op thread count: ``threads``, or min(2, CPU count) when None.  Returns the count."""
+    """Set torch's intra-op thread count: ``threads``, or min(2, CPU count) when None.  Returns the count.
+
+    Numba's thread pool is started first: both use the OpenMP runtime, and the pool's start (at fastspec's first
+    parallel kernel, e.g. in ``verify_logits``) would otherwise reset torch's count to Numba's."""
     n = max(1, min(2, os.cpu_count() or 1)) if threads is None else positive_int("threads", threads)
+    try:
+        from numba.np.ufunc.parallel import _launch_threads
+
+        _launch_threads()
+    except (ImportError, AttributeError, RuntimeError):  # a Numba without this internal: torch's count may drift
+        pass
     torch.set_num_threads(n)
     return n
 

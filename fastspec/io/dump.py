@@ -110,8 +110,10 @@ class Dump(DumpBase):
     Attributes: ``path``, ``kind`` ("dense" or "sparse"), ``drafts`` (tuple of names), ``N``, ``T``, ``V``
     (None for a sparse dump without ``vocab_size``), ``k`` (dict role -> k, sparse only; roles are ``"target"``
     and ``"draft:<name>"``), ``lengths`` (int64 [N]), ``tokens`` (int64 [N, T] or None), ``metadata`` (dict),
-    ``arrays`` (name -> ArrayInfo), ``size_on_disk`` (bytes), ``verify_integrity`` (whether reads check the
-    CRC-32 of stored ``.npz`` members unless a call says otherwise).
+    ``prompt_tokens`` (int64 [N, P], padded) and ``prompt_lengths`` (int64 [N]) or None, ``costs`` (the recorded
+    :class:`fastspec.costs.CostTable` or None), ``arrays`` (name -> ArrayInfo), ``size_on_disk`` (bytes),
+    ``verify_integrity`` (whether reads check the CRC-32 of stored ``.npz`` members unless a call says otherwise).
+    ``drafts`` is empty for a target-only dump.
     """
 
     def __init__(self, path: str, sources: Mapping[str, Source], zf=None, verify_integrity: bool = True):
@@ -130,6 +132,7 @@ class Dump(DumpBase):
         self.kind, self.drafts, self.N, self.T, self.V = layout.kind, layout.drafts, layout.N, layout.T, layout.V
         self.k, self.rank3, self.metadata = layout.k, layout.rank3, layout.metadata
         self.lengths, self.tokens = layout.lengths, layout.tokens
+        self.prompt_tokens, self.prompt_lengths, self.costs = layout.prompt_tokens, layout.prompt_lengths, layout.costs
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], path: str = "<arrays>") -> "Dump":
@@ -168,6 +171,8 @@ class Dump(DumpBase):
             "k": {key.replace("draft:", ""): v for key, v in self.k.items()} if self.kind == "sparse" else None,
             "valid_positions": int(self.lengths.sum()),
             "has_tokens": self.tokens is not None,
+            "has_prompt_tokens": self.prompt_tokens is not None,
+            "costs": self.costs.as_dict() if self.costs is not None else None,
             "metadata": dict(self.metadata),
             "size_on_disk": self.size_on_disk,
             "arrays": self._array_summary(),

@@ -2,7 +2,9 @@
 
 Array names are ``<role>_<kind>[__<draft name>]``: role ``target`` or ``draft``, kind ``logits`` (dense) or
 ``topk_ids`` + ``topk_logprobs`` (sparse).  A plain ``draft_*`` array belongs to the draft named ``draft``; the
-target takes no suffix.  Optional arrays: ``tokens``, ``lengths`` and the 0-d metadata :data:`METADATA`.
+target takes no suffix; a dump may hold no draft at all (target-only, for n-gram analysis).  Optional arrays:
+``tokens``, ``lengths``, ``prompt_tokens`` + ``prompt_lengths``, ``costs`` (a cost table's JSON,
+:mod:`fastspec.costs`) and the 0-d metadata :data:`METADATA`.
 
 This module states the rules and checks single values (a draft name, one metadata value);
 :mod:`fastspec.io.structure` applies them to the arrays of a file.
@@ -19,7 +21,7 @@ from ..params import SamplingParams
 
 __all__ = ["DRAFT_NAME_PATTERN", "DEFAULT_DRAFT", "ROLES", "DENSE_KINDS", "SPARSE_KINDS", "OPTIONAL_ARRAYS",
            "METADATA", "FLOAT_DTYPES", "check_draft_name", "parse_array_name", "array_name", "kinds_of",
-           "format_error", "metadata_value"]
+           "format_error", "metadata_value", "flag_value"]
 
 #: a draft name: letters, digits, '_', '.', '-', starting with a letter or digit (no '__', not 'target': see
 #: check_draft_name)
@@ -29,9 +31,10 @@ DEFAULT_DRAFT = "draft"
 ROLES = ("target", "draft")
 DENSE_KINDS = ("logits",)
 SPARSE_KINDS = ("topk_ids", "topk_logprobs")
-OPTIONAL_ARRAYS = ("tokens", "lengths")
-#: 0-d metadata arrays: how the trajectory was sampled (fastspec.params' names), and the vocabulary size
-METADATA = SAMPLING_NAMES + ("vocab_size",)
+OPTIONAL_ARRAYS = ("tokens", "lengths", "prompt_tokens", "prompt_lengths", "costs")
+#: 0-d metadata arrays: how the trajectory was sampled (fastspec.params' names), the vocabulary size, and whether
+#: the trajectories ran past end-of-sequence tokens (``ignore_eos``: 0 or 1)
+METADATA = SAMPLING_NAMES + ("vocab_size", "ignore_eos")
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 _ARRAY_NAME = re.compile(rf"^({'|'.join(ROLES)})_({'|'.join(DENSE_KINDS + SPARSE_KINDS)})(?:__(.+))?$")
@@ -77,7 +80,10 @@ def metadata_value(file: str, name: str, value: np.ndarray):
     """The Python value (int for ``top_k``/``vocab_size``, float otherwise) of 0-d metadata array ``name``.
 
     Sampling parameters follow :class:`fastspec.params.SamplingParams`' rules; ``vocab_size`` is an integer
-    in ``[1, 2**63)``.  Anything else is a :class:`DumpFormatError` naming the file and the array."""
+    in ``[1, 2**63)``; ``ignore_eos`` is a bool (stored as bool or as the integer 0 or 1).  Anything else is a
+    :class:`DumpFormatError` naming the file and the array."""
+    if name == "ignore_eos":
+        return flag_value(file, name, value)
     if value.dtype.kind not in "iuf" or not np.isfinite(value):
         raise format_error(file, f"array {name!r}: must be a finite number, got {value!r}")
     v = value.item()
@@ -93,3 +99,12 @@ def metadata_value(file: str, name: str, value: np.ndarray):
         return getattr(SamplingParams(**{name: v}), name)
     except (InvalidInput, InvalidType) as exc:
         raise format_error(file, f"array {name!r}: {exc}") from None
+
+
+def flag_value(file: str, name: str, value: np.ndarray) -> bool:
+    """A 0-d yes/no metadata array (bool, or the integer 0 or 1) as a Python bool."""
+    if value.dtype.kind == "b":
+        return bool(value)
+    if value.dtype.kind in "iu" and value.item() in (0, 1):
+        return bool(value.item())
+    raise format_error(file, f"array {name!r}: must be a bool (or the integer 0 or 1), got {value!r}")

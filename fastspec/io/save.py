@@ -29,9 +29,9 @@ def _dump_arrays(target, drafts, tokens, lengths, meta) -> dict[str, np.ndarray]
     """The dump's arrays, named as in a file."""
     out: dict[str, np.ndarray] = {}
     _role_arrays(out, "target", None, target, "target")
-    if isinstance(drafts, Mapping):
-        if not drafts:
-            raise InvalidInput("drafts: give at least one draft")
+    if drafts is None:
+        pass  # a target-only dump
+    elif isinstance(drafts, Mapping):
         for name, value in drafts.items():
             check_draft_name(name, "drafts: name")
             _role_arrays(out, "draft", name, value, f"drafts[{name!r}]")
@@ -43,12 +43,31 @@ def _dump_arrays(target, drafts, tokens, lengths, meta) -> dict[str, np.ndarray]
     return out
 
 
+def _costs_array(costs) -> np.ndarray:
+    """The 0-d string array ``costs`` from a :class:`fastspec.costs.CostTable`, a dict or JSON text (validated)."""
+    from ..costs import CostTable
+
+    if isinstance(costs, CostTable):
+        table = costs
+    elif isinstance(costs, str):
+        table = CostTable.from_json(costs)
+    elif isinstance(costs, Mapping):
+        table = CostTable.from_dict(costs)
+    else:
+        raise InvalidType(f"costs must be a fastspec.costs.CostTable, a dict or JSON text, got {type(costs).__name__}")
+    return np.asarray(table.to_json())
+
+
 def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=None, top_k=None, top_p=None,
-              min_p=None, vocab_size=None, layout: str = "auto", compressed: bool = False) -> str:
+              min_p=None, vocab_size=None, layout: str = "auto", compressed: bool = False, prompt_tokens=None,
+              prompt_lengths=None, ignore_eos=None, costs=None) -> str:
     """Validate and write a dump; returns the path written.
 
     ``target``: dense logits [N, T, V] / [T, V], or a sparse pair ``(topk_ids, topk_logprobs)``.
-    ``drafts``: one such value (saved as the draft named ``draft``) or a mapping ``name -> value``.
+    ``drafts``: one such value (saved as the draft named ``draft``), a mapping ``name -> value``, or None / an
+    empty mapping (a target-only dump).  Optional: ``prompt_tokens`` int [N, P] (padded) with ``prompt_lengths``
+    int [N]; ``ignore_eos`` (bool metadata: the trajectories ran past EOS tokens); ``costs``: a
+    :class:`fastspec.costs.CostTable` (or its dict / JSON), stored as the 0-d string array ``costs``.
     ``layout``: "npz" (one zip; ``compressed=True`` deflates it), "dir" (a directory of ``.npy``, which
     can be memory-mapped) or "auto" (a path ending in ``.npz`` is a zip, otherwise a directory).
     The arrays go through exactly the checks :func:`fastspec.io.load_dump` applies, before anything is written.
@@ -63,8 +82,12 @@ def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=No
         layout = "npz" if path.endswith(".npz") else "dir"
     if layout == "npz" and not path.endswith(".npz"):
         raise InvalidInput(f"path {path!r}: an npz layout needs a name ending in .npz")
-    meta = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, vocab_size=vocab_size)
+    meta = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, vocab_size=vocab_size,
+                prompt_tokens=prompt_tokens, prompt_lengths=prompt_lengths,
+                ignore_eos=None if ignore_eos is None else bool(ignore_eos))
     arrays = _dump_arrays(target, drafts, tokens, lengths, meta)
+    if costs is not None:
+        arrays["costs"] = _costs_array(costs)
     Dump.from_arrays(arrays, path).validate()
     if layout == "npz":
         (np.savez_compressed if compressed else np.savez)(path, **arrays)

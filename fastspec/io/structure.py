@@ -2,7 +2,8 @@
 
 :func:`check_structure` applies the rules of :mod:`fastspec.io.format` to the arrays of one file, in steps:
 names -> roles, one kind (dense or sparse) per dump, shapes and dtypes (N, T, V, k; absurd sizes refused),
-metadata, vocabulary, ``lengths`` and ``tokens`` (range-checked in their own dtype, so no value wraps around).
+metadata, vocabulary, ``lengths`` and ``tokens`` (range-checked in their own dtype, so no value wraps around),
+then the prompts (``prompt_tokens`` / ``prompt_lengths``) and the recorded cost table (``costs``).
 Every failure is a :class:`fastspec.errors.DumpFormatError` naming the file, the
 array and the offending index.
 """
@@ -15,13 +16,15 @@ import numpy as np
 import math
 
 from ..config import MAX_POSITIONS, MAX_WHOLE_ARRAY_BYTES, MAX_WIDTH
-from ..errors import InvalidInput
+from ..errors import InvalidInput, InvalidType
 from .format import (DEFAULT_DRAFT, FLOAT_DTYPES, METADATA, OPTIONAL_ARRAYS, SPARSE_KINDS,
                      check_draft_name, format_error, metadata_value, parse_array_name)
 from .sources import Source
 from .values import ID_LIMIT
 
 __all__ = ["Layout", "check_structure", "role_key", "index_text"]
+
+_MAX_COSTS_BYTES = 16 << 20
 
 
 def role_key(draft: str | None) -> str:
@@ -44,6 +47,9 @@ class Layout:
     metadata: dict
     lengths: np.ndarray
     tokens: np.ndarray | None
+    prompt_tokens: np.ndarray | None = None  # int64 [N, P], padded after prompt_lengths[n]
+    prompt_lengths: np.ndarray | None = None  # int64 [N]
+    costs: object = None  # fastspec.costs.CostTable
 
 
 def check_structure(file: str, sources: dict[str, Source], verify: bool = False) -> Layout:
@@ -59,7 +65,11 @@ def check_structure(file: str, sources: dict[str, Source], verify: bool = False)
     V = _vocabulary(file, kind, metadata, V, k)
     lengths = _lengths(file, extras.get("lengths"), N, T, verify)
     tokens = _tokens(file, extras.get("tokens"), N, T, rank3, lengths, V, verify)
-    return Layout(roles, kind, drafts, N, T, V, k, rank3, metadata, lengths, tokens)
+    prompt_tokens, prompt_lengths = _prompts(file, extras.get("prompt_tokens"), extras.get("prompt_lengths"), N, V,
+                                             verify)
+    costs = _costs(file, extras.get("costs"), verify)
+    return Layout(roles, kind, drafts, N, T, V, k, rank3, metadata, lengths, tokens, prompt_tokens, prompt_lengths,
+                  costs)
 
 
 def index_text(n: int, t: int, rank3: bool) -> str:
@@ -89,7 +99,7 @@ def _group(file, sources):
         else:
             raise format_error(file, f"array {name!r}: unknown name; expected target_logits, draft_logits[__name], "
                                      "target_topk_ids/target_topk_logprobs, draft_topk_ids[__name]/draft_topk_logprobs"
-                                     f"[__name], tokens, lengths or metadata {', '.join(METADATA)}")
+                                     f"[__name], {', '.join(OPTIONAL_ARRAYS)} or metadata {', '.join(METADATA)}")
         if any(s == 0 for s in src.shape):
             raise format_error(file, f"array {name!r}: empty array (shape {list(src.shape)})")
     return roles, extras
@@ -103,12 +113,11 @@ def _draft_name(file, name, suffix):
 
 
 def _kind_and_drafts(file, roles):
-    """The dump's kind ("dense" or "sparse", the same for every role) and its sorted draft names."""
+    """The dump's kind ("dense" or "sparse", the same for every role) and its sorted draft names (none: a
+    target-only dump)."""
     if "target" not in roles:
         raise format_error(file, "missing the target: expected target_logits or target_topk_ids + target_topk_logprobs")
     drafts = tuple(sorted(key[len("draft:"):] for key in roles if key != "target"))
-    if not drafts:
-        raise format_error(file, "no draft arrays: expected draft_logits[__name] or draft_topk_ids/logprobs[__name]")
     kinds = set()
     for key, parts in roles.items():
         if "logits" in parts:
@@ -229,3 +238,48 @@ def _tokens(file, src, N, T, rank3, lengths, V, verify):
         raise format_error(file, f"array 'tokens': index {index_text(n, t, rank3)} is {tok[n, t]}; token ids must be "
                                  f"in [0, {V if V is not None else '2**63'})")
     return tok.astype(np.int64)
+
+
+def _prompts(file, tok_src, len_src, N, V, verify):
+    """Prompt token ids [N, P] (padded) and their lengths [N], in [1, P]; the two arrays come together."""
+    if tok_src is None and len_src is None:
+        return None, None
+    if tok_src is None or len_src is None:
+        have, miss = ("prompt_tokens", "prompt_lengths") if len_src is None else ("prompt_lengths", "prompt_tokens")
+        raise format_error(file, f"array {have!r} needs {miss!r} (prompt tokens [N, P] padded, and their lengths [N])")
+    if len(tok_src.shape) != 2:
+        raise format_error(file, f"array 'prompt_tokens': shape {list(tok_src.shape)}; expected [N, P] with N = {N}")
+    P = tok_src.shape[1]
+    if P > MAX_POSITIONS:
+        raise format_error(file, f"array 'prompt_tokens': {P} positions per prompt; not a prompt")
+    plen = _integers(file, len_src, (N,), verify, " (one per sequence)")
+    bad = np.flatnonzero((plen < 1) | (plen > P))
+    if bad.size:
+        raise format_error(file, f"array 'prompt_lengths': index {bad[0]} is {plen[bad[0]]}; prompt lengths must be in "
+                                 f"[1, {P}] (the width of 'prompt_tokens')")
+    plen = plen.astype(np.int64)
+    ptok = _integers(file, tok_src, (N, P), verify)
+    valid = np.arange(P)[None, :] < plen[:, None]
+    hit = np.argwhere(valid & ((ptok < 0) | (ptok >= (V if V is not None else ID_LIMIT))))
+    if hit.size:
+        n, t = hit[0]
+        raise format_error(file, f"array 'prompt_tokens': index [{n}, {t}] is {ptok[n, t]}; token ids must be in "
+                                 f"[0, {V if V is not None else '2**63'})")
+    return ptok.astype(np.int64), plen
+
+
+def _costs(file, src, verify):
+    """The recorded cost table (:class:`fastspec.costs.CostTable`) from the 0-d string array ``costs``."""
+    if src is None:
+        return None
+    from ..costs import CostTable
+
+    if src.shape not in ((), (1,)) or src.dtype.kind != "U":
+        raise format_error(file, f"array 'costs': must be a 0-d string array holding the cost table's JSON, got "
+                                 f"dtype {src.dtype} shape {list(src.shape)}")
+    if src.nbytes > _MAX_COSTS_BYTES:
+        raise format_error(file, f"array 'costs': {src.nbytes} bytes; a cost table is a few kilobytes of JSON")
+    try:
+        return CostTable.from_json(str(src.read_all(verify).reshape(())))
+    except (InvalidInput, InvalidType) as exc:
+        raise format_error(file, f"array 'costs': {exc}") from None

@@ -1,0 +1,123 @@
+"""``fastspec cost``: measure the real loop's costs (a cost table, fastspec.costs) without writing logits
+(needs fastspec[hf])."""
+from __future__ import annotations
+
+import json
+import os
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
+from ._hf import import_hf, load_models
+from ._options import (json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
+                       temperature_option, top_k_option, top_p_option)
+from .main import app
+
+
+@app.command("cost")
+def cost_command(
+    target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
+                                "directory or a .gguf file."),
+    draft: List[str] = typer.Option([], "--draft", metavar="NAME=MODEL", help="Draft (repeatable). MODEL: model "
+                                    "directory, .gguf file, exitL (the target's first L layers) or ngram[:MIN-MAX] "
+                                    "(prompt lookup)."),
+    prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompts file: the context is its median-length "
+                                          "prompt continued greedily by the target to its length + "
+                                          "--max-new-tokens/2 (a dump's middle row). Default: random tokens."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", metavar="N", help="With --prompts: the dump's "
+                                        "continuation length the context imitates."),
+    context_length: Optional[int] = typer.Option(None, "--context-length", metavar="C", help="Tokens in the context "
+                                                 "(default: from --prompts, else 128)."),
+    k: str = k_option("1-8", "The table covers these draft lengths."),
+    repeats: int = typer.Option(20, "--repeats", metavar="N", help="Interleaved rounds; each entry is a median "
+                                "over them."),
+    warmup: int = typer.Option(2, "--warmup", metavar="N", help="Rounds discarded first (the first forwards are "
+                               "slow)."),
+    temperature: float = temperature_option(1.0, "Temperature of the draws and verification timed in the "
+                                                 "overhead (0 = greedy)."),
+    top_k: int = top_k_option(0, "Top-k of the timed draws and verification (0 disables)."),
+    top_p: float = top_p_option(1.0, "Top-p of the timed draws and verification, in (0, 1]."),
+    min_p: float = min_p_option(0.0, "Min-p of the timed draws and verification, in [0, 1)."),
+    seed: int = seed_option("Seed of the timing order, the draws and (without --prompts) the context."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
+    out: Optional[str] = typer.Option(None, "--out", metavar="FILE", help="Write the cost table (JSON) here."),
+    as_json: bool = json_option("Print the cost table (JSON) on stdout."),
+) -> None:
+    """Time the real speculative loop's steps on this machine: target forwards over 1..k+1 tokens, each draft's
+    forward over 1 and 2 tokens (or one n-gram proposal), and fastspec's overhead per step; write a cost table."""
+    ks = parse_k(k)
+    params = sampling_params(temperature, top_k, top_p, min_p)
+    if prompts is not None and not os.path.isfile(prompts):
+        fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
+    for flag, value, low in (("--repeats", repeats, 1), ("--warmup", warmup, 0),
+                             ("--max-new-tokens", max_new_tokens, 1)):
+        if value < low:
+            fail(f"{flag} {value} is invalid: use an integer >= {low}")
+    if context_length is not None and context_length < 1:
+        fail(f"--context-length {context_length} is invalid: use an integer >= 1")
+    if out is not None:
+        parent = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(parent):
+            fail(f"--out {out}: directory {parent} does not exist")
+        if os.path.isdir(out):
+            fail(f"--out {out} is a directory; give a file name (costs.json)")
+    hf = import_hf()
+    with option_errors("--threads"):
+        hf.set_threads(threads)
+    with option_errors("--draft"):
+        hf.parse_draft_specs(draft) if draft else None
+    tmodel, tok, drafts = load_models(hf, target, draft)
+    ids = hf.read_prompts(prompts, tok) if prompts is not None else None
+    start, advance, _, stop = progress_bar(stderr_console(), "measuring costs (rounds)", repeats + warmup, every=5)
+    start()
+    try:
+        with option_errors("--context-length"):
+            table = hf.measure_costs(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
+                                     context_length=context_length, repeats=repeats, warmup=warmup,
+                                     **params.as_dict(), seed=seed, progress=advance)
+    finally:
+        stop()
+    if out is not None:
+        tmp = f"{out}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(table.to_json() + "\n")
+        os.replace(tmp, out)
+    if as_json:
+        print_json(json.loads(table.to_json()))
+        return
+    _print_table(table, target)
+    if out is not None:
+        typer.echo(f"wrote {out}")
+
+
+def _print_table(table, target: str) -> None:
+    info = table.info
+    con = stdout_console()
+    t1 = table.target_forward_s[1]
+    tab = Table(title=f"fastspec cost: {os.path.basename(target.rstrip('/'))} on {info.get('machine')}, "
+                      f"{info.get('threads')} threads, context {info.get('context_length')} tokens, medians of "
+                      f"{info.get('repeats')} interleaved rounds", title_justify="left")
+    for c in ("what", "ms", "± se", "× target(1)"):
+        tab.add_column(c, justify="left" if c == "what" else "right", no_wrap=True)
+
+    def row(what, s, se):
+        tab.add_row(what, f"{s * 1e3:.3f}", "-" if se is None else f"{se * 1e3:.3f}", f"{s / t1:.3f}")
+
+    for n, s in sorted(table.target_forward_s.items()):
+        row(f"target forward, {n} new token{'s' if n > 1 else ''}", s, table.target_forward_se.get(n))
+    for name, f in table.draft_forward_s.items():
+        se = table.draft_forward_se.get(name, {})
+        if name in table.one_call:
+            row(f"draft {name}: one proposal call", f[1], se.get(1))
+            continue
+        for n, s in sorted(f.items()):
+            row(f"draft {name} forward, {n} new token{'s' if n > 1 else ''}", s, se.get(n))
+    for kk, s in sorted(table.overhead_s.items()):
+        row("overhead, plain step (one draw)" if kk == 0 else f"overhead, verify step k={kk}", s,
+            table.overhead_se.get(kk))
+    con.print(tab)
+    con.print("× target(1): relative to one plain decoding forward. A verify step with k drafts costs the first draft "
+              "forward (2 tokens after a step that accepted every draft), k - 1 one-token draft forwards (an n-gram "
+              "draft: one call), the target forward over k + 1 tokens and the overhead (fastspec.costs).")

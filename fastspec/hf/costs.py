@@ -1,0 +1,306 @@
+"""Measured costs of the real loop on this machine, with the very models: a :class:`fastspec.costs.CostTable`.
+
+:func:`measure_costs` times what :func:`fastspec.hf.speculative_generate` (and, for plain decoding,
+:func:`fastspec.hf.generate`) does per step, call for call, through the same :class:`~fastspec.hf.runner.KVRunner`:
+
+* ``target.forward_s[n]``: ``KVRunner.logits`` over ``n`` new tokens, the cache holding the context (the tensor
+  built from the token list and the float32 numpy copy of the logits included, as in the loop); ``n = 1`` is a
+  plain decoding step, ``n = k + 1`` verifies k drafts;
+* ``drafts[name].forward_s[1]``, ``[2]``: a model draft's forward over 1 new token, and over 2 (the catch-up on
+  the last draft and the bonus token after a step that accepted every draft), with its own KV cache; an early
+  exit ``exitL`` is timed as the loop runs it (its own cache over the shared layers);
+* an n-gram draft (:class:`fastspec.ngram.NgramProposer`): one ``propose(context)`` call on the context as the
+  loop holds it (a Python list), ``forward_s[1]`` with ``one_call_per_step``;
+* ``overhead_s[k]``, k >= 1: everything else a verify step does after the target forward: the k draft draws
+  (``sample_tokens`` on real draft logits rows, one uniform each; the loop times them with the draft, the cost
+  model counts them here), stacking the draft rows, ``verify_logits`` on the real target logits [1, k+1, V] and
+  draft logits [1, k, V], reading its result, and cropping the target's cache and a draft's cache back to the
+  accepted prefix.  When every draft is an n-gram proposer it is the one-hot step instead (no draws,
+  ``verify_logits`` with ``draft_logits=None``, the target's crop only).  One overhead per k serves every draft
+  (the schema has one); the note says which draft's flavour it is;
+* ``overhead_s[0]``: plain decoding's per-token work besides the forward (one draw, as in ``generate``).
+
+Method: the runners are filled with one context (``context_length`` tokens) and every quantity is timed once per
+*round*, in an order shuffled every round (seeded), so that drift (other load, frequency changes) hits all of
+them alike; every forward starts from that same context (caches are cropped back between timings, outside the
+timed part unless the crop is what is timed).  ``warmup`` rounds are discarded (the first forwards are slow).
+Each entry is the median over ``repeats`` rounds; its standard error (``*_se``) is distribution-free: the 95%
+confidence interval of the median from order statistics (ranks n/2 ± 1.96 sqrt(n)/2), divided by 2 × 1.96.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import statistics
+import time
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .. import verify_logits
+from ..costs import COST_TABLE_VERSION, CostTable
+from ..errors import InvalidInput, InvalidType
+from ..ngram import NgramProposer
+from ..params import SamplingParams
+from .args import MAX_K, as_token_ids, check_k, check_max_new_tokens, positive_int
+from .loop import _draw, generate, teacher_forced_logits
+from .runner import KVRunner
+
+__all__ = ["measure_costs", "machine_name", "median_se", "DEFAULT_CONTEXT_LENGTH", "DEFAULT_WARMUP"]
+
+DEFAULT_CONTEXT_LENGTH = 128
+DEFAULT_WARMUP = 2
+_Z95 = 1.959963984540054
+
+
+def machine_name() -> str:
+    """The CPU model name (``/proc/cpuinfo``, else the platform's), with the number of logical CPUs."""
+    name = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    return f"{name} ({os.cpu_count() or '?'} logical CPUs)"
+
+
+def median_se(samples: Sequence[float]) -> tuple[float, float]:
+    """(median, standard error of the median): the distribution-free 95% interval of the median between the order
+    statistics of ranks floor(n/2 - 1.96 sqrt(n)/2) and ceil(1 + n/2 + 1.96 sqrt(n)/2) (1-based, clamped to
+    [1, n]), divided by 2 × 1.96.  Robust to the skew and outliers of wall-clock times."""
+    x = sorted(float(v) for v in samples)
+    n = len(x)
+    if n == 0:
+        raise InvalidInput("median_se needs at least one sample")
+    half = _Z95 * math.sqrt(n) / 2
+    lo = min(max(int(math.floor(n / 2 - half)), 1), n)
+    hi = min(max(int(math.ceil(1 + n / 2 + half)), 1), n)
+    return statistics.median(x), (x[hi - 1] - x[lo - 1]) / (2 * _Z95)
+
+
+def _positive_seconds(t: float) -> float:
+    return max(t, 1e-9)  # a cost table holds times > 0; perf_counter never reports less than a nanosecond anyway
+
+
+def _ks(kmax, ks) -> list[int]:
+    if ks is None:
+        return list(range(1, check_k(kmax) + 1))
+    if isinstance(ks, (int, np.integer)) and not isinstance(ks, bool):
+        return [check_k(ks)]
+    out = sorted({check_k(k) for k in ks})
+    if not out:
+        raise InvalidInput("ks: give at least one draft length")
+    return out
+
+
+def _split_drafts(drafts: Mapping | None):
+    """({name: model}, {name: NgramProposer}) in the given order."""
+    models, ngrams = {}, {}
+    for name, d in (drafts or {}).items():
+        if isinstance(d, NgramProposer):
+            ngrams[name] = d
+        elif isinstance(d, torch.nn.Module):
+            models[name] = d
+        else:
+            raise InvalidType(f"draft {name!r}: expected a model (torch module) or a fastspec.ngram.NgramProposer, "
+                              f"got {type(d).__name__}")
+    return models, ngrams
+
+
+def _vocab(model) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def _context(target, *, context, context_length, prompts, max_new_tokens, extra: int, seed: int) -> tuple[list, int]:
+    """(tokens, C): the first C tokens are the context the caches hold; the ``extra`` tokens after them are fed by
+    the timed forwards (taken from ``context`` when it has them, else repeated from its end)."""
+    if context is not None:
+        toks = as_token_ids(context, "context")
+        C = len(toks) if context_length is None else positive_int("context_length", context_length)
+        if C > len(toks):
+            raise InvalidInput(f"context_length = {C} exceeds the {len(toks)} tokens of context")
+    elif prompts:
+        ps = sorted((as_token_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)), key=len)
+        p = ps[(len(ps) - 1) // 2]  # the median-length prompt
+        C = len(p) + check_max_new_tokens(max_new_tokens) // 2 if context_length is None else \
+            positive_int("context_length", context_length)
+        want = C + extra - len(p)
+        cont = [] if want <= 0 else generate(target, p, temperature=0.0, max_new_tokens=want).tolist()
+        toks = (p + cont)[:C + extra]
+    else:
+        C = DEFAULT_CONTEXT_LENGTH if context_length is None else positive_int("context_length", context_length)
+        rng = np.random.default_rng(seed)
+        toks = rng.integers(0, _vocab(target), size=C + extra).tolist()
+    while len(toks) < C + extra:  # new tokens beyond the given ones: repeat the end (their values cost nothing)
+        toks = toks + toks[max(0, C - extra):C]
+    limit = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    if limit is not None and C + extra > limit:
+        raise InvalidInput(f"context_length {C} + {extra} new tokens exceeds the target's {limit} positions; use a "
+                           "shorter context")
+    return toks[:C + extra], C
+
+
+class _Timer:
+    """Samples per key: ``add(key, seconds)``; ``warm`` samples are discarded."""
+
+    def __init__(self):
+        self.samples: dict = {}
+        self.record = False
+
+    def add(self, key, seconds: float) -> None:
+        if self.record:
+            self.samples.setdefault(key, []).append(seconds)
+
+    def table(self, key_of: Callable) -> tuple[dict, dict]:
+        """({entry: median}, {entry: se}) for keys mapped by ``key_of(key) -> entry`` (None: skip)."""
+        med, se = {}, {}
+        for key, v in self.samples.items():
+            entry = key_of(key)
+            if entry is None:
+                continue
+            m, s = median_se(v)
+            med[entry], se[entry] = _positive_seconds(m), s
+        return med, se
+
+
+@torch.inference_mode()
+def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: Sequence[int] | None = None,
+                  context: Sequence[int] | None = None, context_length: int | None = None,
+                  prompts: Sequence[Sequence[int]] | None = None, max_new_tokens: int = 64, repeats: int = 20,
+                  warmup: int = DEFAULT_WARMUP, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                  min_p: float = 0.0, seed: int = 0, progress: Callable[[int], None] | None = None) -> CostTable:
+    """Measure the cost table of the real loop for ``target`` and ``drafts`` on this machine (module docstring).
+
+    ``drafts``: {name: model or :class:`fastspec.ngram.NgramProposer`} (none: the target's entries and the plain
+    step only).  Draft lengths: ``ks`` (the k's to cover) or 1..``kmax``; target forwards are timed for n = 1 and
+    every k + 1, the overhead for 0 and every k.  The context the caches hold (``context_length`` tokens): the
+    first ``context_length`` tokens of ``context`` (token ids; default all of them, the tokens after it are the ones
+    the timed forwards feed); else the median-length prompt of ``prompts`` continued greedily by the target to its
+    length + ``max_new_tokens // 2`` tokens (the middle of a dump's rows); else ``context_length`` (default
+    :data:`DEFAULT_CONTEXT_LENGTH`) random token ids.  The sampling parameters are those of the draws and of
+    ``verify_logits`` in the overhead.  ``repeats`` rounds are kept after ``warmup`` discarded ones; ``progress(1)``
+    is called after each round.  Returns a validated :class:`fastspec.costs.CostTable` that records the machine,
+    torch's thread count, the context length, the repeats and a note on the method."""
+    params = SamplingParams(temperature, top_k, top_p, min_p)
+    sp = params.as_dict()
+    ks = _ks(kmax, ks)
+    repeats = positive_int("repeats", repeats)
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, np.integer)) or warmup < 0:
+        raise InvalidInput(f"warmup = {warmup!r} is invalid: use an integer >= 0 (rounds discarded)")
+    models, ngrams = _split_drafts(drafts)
+    V = _vocab(target)
+    for name, m in models.items():
+        if _vocab(m) != V:
+            raise InvalidInput(f"draft {name}: its LM head has {_vocab(m)} outputs but the target's has {V}")
+    K = max(ks)
+    toks, C = _context(target, context=context, context_length=context_length, prompts=prompts,
+                       max_new_tokens=max_new_tokens, extra=K + 1, seed=seed)
+    ctx = toks[:C]
+    rng = np.random.default_rng(seed)
+
+    trun = KVRunner(target)
+    trun.logits(ctx, 1)
+    druns = {}
+    for name, m in models.items():
+        druns[name] = KVRunner(m)
+        druns[name].logits(ctx, 1)
+    crop_name = next(iter(models), None)  # the draft whose cache the overhead crops (model flavour)
+    qrows = teacher_forced_logits(models[crop_name], ctx, toks[C:C + K]) if crop_name is not None else None
+    proposers = {name: dataclasses.replace(p, k=min(K, MAX_K)) for name, p in ngrams.items()}
+    timer = _Timer()
+
+    def target_step(k: int) -> None:
+        seq = toks[:C + k + 1]
+        if k and crop_name is not None:  # the draft's cache holds the step's drafts (untimed), as in the loop
+            druns[crop_name].logits(toks[:C + k], k)
+        c0 = time.perf_counter()
+        tl = trun.logits(seq, k + 1)
+        c1 = time.perf_counter()
+        if k == 0:  # plain decoding: one draw from the row
+            _draw(tl[0], rng, params)
+            c2 = time.perf_counter()
+            trun.rollback(C)
+        elif crop_name is not None:  # a model draft's step: draws, verify, both caches cropped
+            props = [_draw(qrows[j], rng, params) for j in range(k)]
+            q = np.stack([qrows[j] for j in range(k)])
+            res = verify_logits(tl[None], q[None], np.asarray([props], np.int64), **sp,
+                                seed=int(rng.integers(0, 2 ** 62)))
+            n_acc = int(res.num_accepted[0])
+            _ = [int(v) for v in res.tokens[0, :n_acc + 1]]
+            trun.rollback(C)
+            druns[crop_name].rollback(C)
+            c2 = time.perf_counter()
+        else:  # only n-gram drafts: a one-hot step (no draws, no draft cache)
+            props = toks[C + 1:C + k + 1]
+            res = verify_logits(tl[None], None, np.asarray([props], np.int64), **sp,
+                                seed=int(rng.integers(0, 2 ** 62)))
+            n_acc = int(res.num_accepted[0])
+            _ = [int(v) for v in res.tokens[0, :n_acc + 1]]
+            trun.rollback(C)
+            c2 = time.perf_counter()
+        timer.add(("target", k + 1), c1 - c0)
+        timer.add(("overhead", k), c2 - c1)
+
+    def draft_step(name: str, n: int) -> None:
+        run = druns[name]
+        c0 = time.perf_counter()
+        run.logits(toks[:C + n], 1)
+        c1 = time.perf_counter()
+        run.rollback(C)
+        timer.add(("draft", name, n), c1 - c0)
+
+    def ngram_step(name: str) -> None:
+        c0 = time.perf_counter()
+        proposers[name].propose(ctx)
+        timer.add(("ngram", name), time.perf_counter() - c0)
+
+    threads = torch.get_num_threads()  # Numba's pool, started by the first verify_logits, may reset it: keep it
+    units = [(target_step, (k,)) for k in [0, *ks]]
+    units += [(draft_step, (name, n)) for name in models for n in (1, 2)]
+    units += [(ngram_step, (name,)) for name in ngrams]
+    for r in range(warmup + repeats):
+        timer.record = r >= warmup
+        for i in rng.permutation(len(units)):
+            fn, args = units[int(i)]
+            fn(*args)
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+        if progress is not None:
+            progress(1)
+
+    tf, tse = timer.table(lambda key: key[1] if key[0] == "target" else None)
+    ov, ose = timer.table(lambda key: key[1] if key[0] == "overhead" else None)
+    out_drafts = {}
+    for name in (drafts or {}):
+        if name in models:
+            f, s = timer.table(lambda key, name=name: key[2] if key[0] == "draft" and key[1] == name else None)
+            out_drafts[name] = {"forward_s": _keyed(f), "forward_s_se": _keyed(s)}
+        else:
+            f, s = timer.table(lambda key, name=name: 1 if key == ("ngram", name) else None)
+            out_drafts[name] = {"forward_s": _keyed(f), "forward_s_se": _keyed(s), "one_call_per_step": True}
+    flavour = (f"a step of draft {crop_name!r} (k draws, verify_logits with its logits, both caches cropped)"
+               if crop_name is not None else "a one-hot n-gram step (verify_logits without draft logits, the "
+               "target's cache cropped)")
+    import transformers
+
+    note = (f"fastspec.hf.measure_costs: medians of {repeats} interleaved rounds (order shuffled per round) after "
+            f"{warmup} warm-up rounds, every forward from one context of {C} tokens; *_se: distribution-free "
+            f"standard error of the median (order-statistic 95% interval / 3.92); overhead_s[k>0]: {flavour}; "
+            f"overhead_s[0]: one draw; sampling {params.describe() if params.filtered else f'T={temperature:g}'}; "
+            f"V={V}; torch {torch.__version__}, transformers {transformers.__version__}")
+    return CostTable.from_dict({
+        "version": COST_TABLE_VERSION, "machine": machine_name(), "threads": int(threads),
+        "context_length": C, "repeats": repeats, "note": note,
+        "target": {"forward_s": _keyed(tf), "forward_s_se": _keyed(tse)},
+        "drafts": out_drafts, "overhead_s": _keyed(ov), "overhead_s_se": _keyed(ose)})
+
+
+def _keyed(d: dict) -> dict:
+    return {str(k): float(v) for k, v in sorted(d.items())}
