@@ -40,7 +40,7 @@ def dump_command(
                                             "sparse, off for dense)."),
     costs: bool = typer.Option(True, "--costs/--no-costs", help="Measure the real loop's costs on this machine "
                                "with these models and record them in the dump (array 'costs'; see fastspec cost)."),
-    cost_repeats: int = typer.Option(20, "--cost-repeats", metavar="N", help="Interleaved rounds the costs are "
+    cost_repeats: int = typer.Option(10, "--cost-repeats", metavar="N", help="Interleaved rounds the costs are "
                                      "medians of."),
     cost_k: str = typer.Option("1-8", "--cost-k", metavar="K", help="Draft lengths the recorded costs cover "
                                "(1,2,4 or 1-8)."),

@@ -137,6 +137,8 @@ def test_measure_costs_contexts_and_bad_input(models):
     assert t.info["context_length"] == 3 + 5 and set(t.target_forward_s) == {1, 2, 3} and not t.draft_forward_s
     t = hf.measure_costs(target, {"d": draft}, ks=[1], context=[1, 2, 3, 4, 5, 6], repeats=2, warmup=0)
     assert t.info["context_length"] == 6
+    t = hf.measure_costs(target, {"ng": NgramProposer(k=3)}, ks=[1, 2], repeats=2, warmup=0, context_length=20)
+    assert t.one_call == {"ng"} and "one-hot" in t.info["note"] and set(t.overhead_s) == {0, 1, 2}
     with pytest.raises(InvalidInput, match="context_length"):
         hf.measure_costs(target, None, ks=[1], context=[1, 2], context_length=5)
     with pytest.raises(InvalidInput, match="positions"):
@@ -361,3 +363,16 @@ def test_gguf_loader_patch_is_quiet_and_restored():
         items = [1, 2]
         assert g.tqdm(items, desc="x") is items and g.load_gguf_checkpoint is not before[1]
     assert (g.tqdm, g.load_gguf_checkpoint) == before
+
+
+def test_sigterm_is_an_interrupt_while_dumping():
+    import signal
+
+    from fastspec_cli._hf import sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with sigterm_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pause() if hasattr(signal, "pause") else None
+    assert signal.getsignal(signal.SIGTERM) == before

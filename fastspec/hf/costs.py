@@ -15,9 +15,10 @@
   (``sample_tokens`` on real draft logits rows, one uniform each; the loop times them with the draft, the cost
   model counts them here), stacking the draft rows, ``verify_logits`` on the real target logits [1, k+1, V] and
   draft logits [1, k, V], reading its result, and cropping the target's cache and a draft's cache back to the
-  accepted prefix.  When every draft is an n-gram proposer it is the one-hot step instead (no draws,
-  ``verify_logits`` with ``draft_logits=None``, the target's crop only).  One overhead per k serves every draft
-  (the schema has one); the note says which draft's flavour it is;
+  accepted prefix (the draft's crop is timed where it is cheapest to set up, after the draft's own timed forwards,
+  and its median added, standard errors in quadrature).  When every draft is an n-gram proposer it is the one-hot
+  step instead (no draws, ``verify_logits`` with ``draft_logits=None``, the target's crop only).  One overhead per
+  k serves every draft (the schema has one); the note says which draft's flavour it is;
 * ``overhead_s[0]``: plain decoding's per-token work besides the forward (one draw, as in ``generate``).
 
 Method: the runners are filled with one context (``context_length`` tokens) and every quantity is timed once per
@@ -218,8 +219,6 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
 
     def target_step(k: int) -> None:
         seq = toks[:C + k + 1]
-        if k and crop_name is not None:  # the draft's cache holds the step's drafts (untimed), as in the loop
-            druns[crop_name].logits(toks[:C + k], k)
         c0 = time.perf_counter()
         tl = trun.logits(seq, k + 1)
         c1 = time.perf_counter()
@@ -227,15 +226,14 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
             _draw(tl[0], rng, params)
             c2 = time.perf_counter()
             trun.rollback(C)
-        elif crop_name is not None:  # a model draft's step: draws, verify, both caches cropped
-            props = [_draw(qrows[j], rng, params) for j in range(k)]
+        elif crop_name is not None:  # a model draft's step: draws, verify, the target's cache cropped (the
+            props = [_draw(qrows[j], rng, params) for j in range(k)]  # draft's crop is timed in draft_step)
             q = np.stack([qrows[j] for j in range(k)])
             res = verify_logits(tl[None], q[None], np.asarray([props], np.int64), **sp,
                                 seed=int(rng.integers(0, 2 ** 62)))
             n_acc = int(res.num_accepted[0])
             _ = [int(v) for v in res.tokens[0, :n_acc + 1]]
             trun.rollback(C)
-            druns[crop_name].rollback(C)
             c2 = time.perf_counter()
         else:  # only n-gram drafts: a one-hot step (no draws, no draft cache)
             props = toks[C + 1:C + k + 1]
@@ -254,7 +252,10 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         run.logits(toks[:C + n], 1)
         c1 = time.perf_counter()
         run.rollback(C)
+        c2 = time.perf_counter()
         timer.add(("draft", name, n), c1 - c0)
+        if name == crop_name:
+            timer.add(("draft crop",), c2 - c1)
 
     def ngram_step(name: str) -> None:
         c0 = time.perf_counter()
@@ -277,6 +278,11 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
 
     tf, tse = timer.table(lambda key: key[1] if key[0] == "target" else None)
     ov, ose = timer.table(lambda key: key[1] if key[0] == "overhead" else None)
+    if crop_name is not None:  # a model draft's step also crops the draft's cache
+        dc, dcse = timer.table(lambda key: 0 if key == ("draft crop",) else None)
+        for k in ks:
+            ov[k] += dc[0]
+            ose[k] = math.hypot(ose[k], dcse[0])
     out_drafts = {}
     for name in (drafts or {}):
         if name in models:
@@ -285,7 +291,8 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         else:
             f, s = timer.table(lambda key, name=name: 1 if key == ("ngram", name) else None)
             out_drafts[name] = {"forward_s": _keyed(f), "forward_s_se": _keyed(s), "one_call_per_step": True}
-    flavour = (f"a step of draft {crop_name!r} (k draws, verify_logits with its logits, both caches cropped)"
+    flavour = (f"a step of draft {crop_name!r} (k draws, verify_logits with its logits, both caches cropped; the "
+               "draft's crop timed after its forwards and added)"
                if crop_name is not None else "a one-hot n-gram step (verify_logits without draft logits, the "
                "target's cache cropped)")
     import transformers

@@ -156,7 +156,7 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
                 top_k_save: int | None = None, seed: int = 0, eos_token_id=None, ignore_eos: bool = False,
                 dtype="float16", compressed: bool | None = None, costs=True, cost_k: Sequence[int] = DEFAULT_COST_K,
-                cost_repeats: int = 20, progress: Callable[[int], None] | None = None,
+                cost_repeats: int = 10, progress: Callable[[int], None] | None = None,
                 cost_progress: Callable[[int], None] | None = None) -> str:
     """Write a logit dump of ``target`` and ``drafts`` ({name: model or NgramProposer}) over ``prompts`` (lists of
     token ids); returns the path written.

@@ -269,16 +269,19 @@ def eos_ids(model, tokenizer=None) -> tuple[int, ...]:
 
 
 def set_threads(threads: int | None = None) -> int:
-    """Set torch's intra-op thread count: ``threads``, or min(2, CPU count) when None.  Returns the count.
+    """Set torch's intra-op thread count, and Numba's (fastspec's kernels), to ``threads``, or min(2, CPU count)
+    when None (Numba's never above its pool size).  Returns the count.
 
     Numba's thread pool is started first: both use the OpenMP runtime, and the pool's start (at fastspec's first
     parallel kernel, e.g. in ``verify_logits``) would otherwise reset torch's count to Numba's."""
     n = max(1, min(2, os.cpu_count() or 1)) if threads is None else positive_int("threads", threads)
     try:
+        import numba
         from numba.np.ufunc.parallel import _launch_threads
 
         _launch_threads()
-    except (ImportError, AttributeError, RuntimeError):  # a Numba without this internal: torch's count may drift
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    except (ImportError, AttributeError, RuntimeError, ValueError):  # a Numba without these: counts may drift
         pass
     torch.set_num_threads(n)
     return n
