@@ -360,8 +360,8 @@ def test_gguf_loader_patch_is_quiet_and_restored():
 
     before = (g.tqdm, g.load_gguf_checkpoint)
     with _quiet_gguf():
-        items = [1, 2]
-        assert g.tqdm(items, desc="x") is items and g.load_gguf_checkpoint is not before[1]
+        bar = g.tqdm([1, 2], desc="x")
+        assert bar.disable and list(bar) == [1, 2] and g.load_gguf_checkpoint is not before[1]
     assert (g.tqdm, g.load_gguf_checkpoint) == before
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import re
 from typing import Callable, Mapping, Sequence
@@ -77,7 +78,7 @@ def _quiet_gguf():
         return copy.deepcopy(memo[key])
 
     if "tqdm" in saved:
-        g.tqdm = lambda iterable=None, *_a, **_k: iterable
+        g.tqdm = functools.partial(saved["tqdm"], disable=True)
     if original is not None:
         g.load_gguf_checkpoint = load
     try:
