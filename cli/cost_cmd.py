@@ -21,7 +21,7 @@ def cost_command(
     target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
                                 "directory or a .gguf file."),
     draft: List[str] = typer.Option([], "--draft", metavar="NAME=MODEL", help="Draft (repeatable). MODEL: model "
-                                    "directory, .gguf file, exitL (the target's first L layers) or ngram[:MIN-MAX] "
+                                    "directory, .gguf file, exitL (the target's first L layers) or ngram, ngramMIN-MAX "
                                     "(prompt lookup)."),
     prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompts file: the context is its median-length "
                                           "prompt continued greedily by the target to its length + "

@@ -106,12 +106,13 @@ def test_median_se_is_the_order_statistic_interval():
 
 def test_measured_table_validates_and_round_trips_through_a_dump(models, tmp_path):
     target, draft, exit2 = models
-    ng = hf.parse_ngram_spec("ngram:2-3")
+    ng = hf.parse_ngram_spec("ngram2-3")
     table = hf.measure_costs(target, {"small": draft, "exit2": exit2, "lookup": ng}, ks=[1, 2, 4], context_length=12,
                              repeats=3, warmup=1, temperature=0.7)
     again = CostTable.from_json(table.to_json())  # what a file or a dump holds validates and is the same table
     assert again == table
-    assert set(table.target_forward_s) == {1, 2, 3, 5} and set(table.overhead_s) == {0, 1, 2, 4}
+    # with an n-gram draft every k up to the largest is priced (its steps verify as many tokens as it found)
+    assert set(table.target_forward_s) == {1, 2, 3, 4, 5} and set(table.overhead_s) == {0, 1, 2, 3, 4}
     assert set(table.draft_forward_s) == {"small", "exit2", "lookup"} and table.one_call == {"lookup"}
     assert set(table.draft_forward_s["small"]) == {1, 2} and set(table.draft_forward_s["lookup"]) == {1}
     assert all(v > 0 for v in table.target_forward_s.values())
@@ -135,8 +136,8 @@ def test_measure_costs_contexts_and_bad_input(models):
     target, draft, _ = models
     t = hf.measure_costs(target, None, kmax=2, prompts=PROMPTS, max_new_tokens=10, repeats=2, warmup=0)
     assert t.info["context_length"] == 3 + 5 and set(t.target_forward_s) == {1, 2, 3} and not t.draft_forward_s
-    t = hf.measure_costs(target, {"d": draft}, ks=[1], context=[1, 2, 3, 4, 5, 6], repeats=2, warmup=0)
-    assert t.info["context_length"] == 6
+    t = hf.measure_costs(target, {"d": draft}, ks=[1, 3], context=[1, 2, 3, 4, 5, 6], repeats=2, warmup=0)
+    assert t.info["context_length"] == 6 and set(t.target_forward_s) == {1, 2, 4} and set(t.overhead_s) == {0, 1, 3}
     t = hf.measure_costs(target, {"ng": NgramProposer(k=3)}, ks=[1, 2], repeats=2, warmup=0, context_length=20)
     assert t.one_call == {"ng"} and "one-hot" in t.info["note"] and set(t.overhead_s) == {0, 1, 2}
     with pytest.raises(InvalidInput, match="context_length"):
@@ -195,8 +196,8 @@ def test_cost_command_writes_a_valid_table(dirs, tmp_path):
 
 
 @pytest.mark.parametrize("args, match", [
-    (["--draft", "ngram:5-2"], "MIN = 5"),
-    (["--draft", "ngram:x"], "does not parse"),
+    (["--draft", "ngram5-2"], "'ngram5-2': min_n = 5 is greater than max_n = 2"),
+    (["--draft", "ngram:x"], "write ngram or ngramMIN-MAX"),
     (["--draft", "=exit1"], "draft name"),
     (["--draft", "exit9"], "exit depth"),
     (["--repeats", "0"], "--repeats"),
@@ -212,12 +213,14 @@ def test_cost_command_bad_input_one_line(dirs, args, match):
 
 
 def test_parse_ngram_spec():
+    """The syntax of simulate --draft: ngram, ngramMIN-MAX (also ngram:MIN-MAX, ngram[MIN-MAX])."""
     assert hf.parse_ngram_spec("exit3") is None
     assert hf.parse_ngram_spec("ngram") == NgramProposer(k=hf.args.MAX_K)
-    assert hf.parse_ngram_spec("ngram:4") == NgramProposer(k=hf.args.MAX_K, min_n=1, max_n=4)
-    assert hf.parse_ngram_spec("ngram:2-5") == NgramProposer(k=hf.args.MAX_K, min_n=2, max_n=5)
-    assert hf.parse_draft_specs(["ngram", "big=ngram:3"]) == {"ngram": "ngram", "big": "ngram:3"}
-    for bad in ("ngram:", "ngram:0", "ngram:3-1", "ngram:1-2-3"):
+    assert hf.parse_ngram_spec("ngram2-5") == NgramProposer(k=hf.args.MAX_K, min_n=2, max_n=5)
+    assert hf.parse_ngram_spec("ngram:2-5") == hf.parse_ngram_spec("ngram[2-5]") == hf.parse_ngram_spec("ngram2-5")
+    assert hf.parse_draft_specs(["ngram", "ngram:2-4", "big=ngram1-5"]) == {
+        "ngram": "ngram", "ngram2-4": "ngram:2-4", "big": "ngram1-5"}
+    for bad in ("ngram3", "ngram0-2", "ngram3-1", "ngram1-2-3", "ngramx"):
         with pytest.raises(InvalidInput, match="ngram"):
             hf.parse_draft_specs([bad])
 
@@ -227,7 +230,7 @@ def test_parse_ngram_spec():
 def test_dump_records_costs_prompts_and_T_is_max_new_tokens(dirs, tmp_path):
     out = str(tmp_path / "d.npz")
     res = _cli(["dump", "--target", dirs["target"], "--draft", f"small={dirs['draft']}", "--draft", "exit1",
-                "--draft", "ng=ngram:2", "--prompts", dirs["prompts"], "--max-new-tokens", "12", "--seed", "3",
+                "--draft", "ng=ngram2-2", "--prompts", dirs["prompts"], "--max-new-tokens", "12", "--seed", "3",
                 "--out", out, "--threads", "1", *FAST])
     assert res.exit_code == 0, res.output
     for line in ("fastspec: loading models: 2/2", "fastspec: dumping prompts: 3/3",

@@ -8,7 +8,7 @@ One concept per module:
 
 * :mod:`~fastspec.hf.models` -- :func:`load_model`, :func:`load_tokenizer`, :func:`early_exit`, the checks that a
   draft shares the target's tokenizer and vocabulary, :func:`parse_draft_specs` / :func:`resolve_models`
-  (``NAME=MODEL`` specifications; MODEL may be ``exitL`` or ``ngram[:MIN-MAX]``), :func:`eos_ids`,
+  (``NAME=MODEL`` specifications; MODEL may be ``exitL``, ``ngram`` or ``ngramMIN-MAX``), :func:`eos_ids`,
   :func:`set_threads`, :func:`quiet_logging`;
 * :mod:`~fastspec.hf.prompts` -- :func:`read_prompts` (text or ``.jsonl`` chat messages, chat templates);
 * :mod:`~fastspec.hf.runner` -- the KV-cached forward runner with rollback;

@@ -181,7 +181,8 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
 
     ``drafts``: {name: model or :class:`fastspec.ngram.NgramProposer`} (none: the target's entries and the plain
     step only).  Draft lengths: ``ks`` (the k's to cover) or 1..``kmax``; target forwards are timed for n = 1 and
-    every k + 1, the overhead for 0 and every k.  The context the caches hold (``context_length`` tokens): the
+    every k + 1, the overhead for 0 and every k (with an n-gram draft, every k up to the largest: its steps verify
+    as many tokens as the lookup found).  The context the caches hold (``context_length`` tokens): the
     first ``context_length`` tokens of ``context`` (token ids; default all of them, the tokens after it are the ones
     the timed forwards feed); else the median-length prompt of ``prompts`` continued greedily by the target to its
     length + ``max_new_tokens // 2`` tokens (the middle of a dump's rows); else ``context_length`` (default
@@ -263,7 +264,9 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         timer.add(("ngram", name), time.perf_counter() - c0)
 
     threads = torch.get_num_threads()  # Numba's pool, started by the first verify_logits, may reset it: keep it
-    units = [(target_step, (k,)) for k in [0, *ks]]
+    # an n-gram step verifies however many tokens the lookup found (d <= k): every d up to the largest k is priced
+    steps = list(range(1, K + 1)) if ngrams else ks
+    units = [(target_step, (k,)) for k in [0, *steps]]
     units += [(draft_step, (name, n)) for name in models for n in (1, 2)]
     units += [(ngram_step, (name,)) for name in ngrams]
     for r in range(warmup + repeats):
@@ -280,7 +283,7 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
     ov, ose = timer.table(lambda key: key[1] if key[0] == "overhead" else None)
     if crop_name is not None:  # a model draft's step also crops the draft's cache
         dc, dcse = timer.table(lambda key: 0 if key == ("draft crop",) else None)
-        for k in ks:
+        for k in steps:
             ov[k] += dc[0]
             ose[k] = math.hypot(ose[k], dcse[0])
     out_drafts = {}

@@ -4,8 +4,8 @@ scores the target's vocabulary, draft specifications, and the torch / transforme
 Everything loads with ``local_files_only=True`` (no download): a Hugging Face model directory, or a GGUF file
 (``from_pretrained(dir, gguf_file=name)``, dequantized to float32; transformers' own progress bar for it is kept
 quiet).  A draft can also be ``exitL``: the target's embeddings and first L decoder layers, then its final norm and
-LM head (:func:`early_exit`, weights shared); or ``ngram`` / ``ngram:MAX`` / ``ngram:MIN-MAX``: prompt lookup
-(:class:`fastspec.ngram.NgramProposer`, no model).
+LM head (:func:`early_exit`, weights shared); or ``ngram`` / ``ngramMIN-MAX``: prompt lookup
+(:class:`fastspec.ngram.NgramProposer`, no model; the syntax the simulator reads).
 """
 from __future__ import annotations
 
@@ -29,9 +29,8 @@ __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer",
            "quiet_logging"]
 
 _EXIT_RE = re.compile(r"^exit(\d+)$")
-_NGRAM_RE = re.compile(r"^ngram(?::(.*))?$")
 _MODEL_KINDS = ("a local Hugging Face model directory, a .gguf file, or (drafts only) exitL for the target's first L "
-                "layers or ngram[:MIN-MAX] for prompt lookup")
+                "layers or ngram / ngramMIN-MAX for prompt lookup")
 
 
 def _split_spec(spec) -> tuple[str, dict]:
@@ -167,7 +166,8 @@ def check_vocab_size(target, draft, name: str = "draft") -> None:
 
 def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
     """{name: MODEL} from a mapping, or from ``NAME=MODEL`` / ``MODEL`` strings (the name of a bare MODEL is
-    ``exitL`` or ``ngram`` itself, or the file / directory name without extension).  Names follow
+    ``exitL`` itself, ``ngram`` / ``ngramMIN-MAX`` (``ngram:MIN-MAX`` is named ``ngramMIN-MAX``), or the file /
+    directory name without extension).  Names follow
     :func:`fastspec.io.check_draft_name` and must be distinct; an ``ngram...`` MODEL must parse
     (:func:`parse_ngram_spec`)."""
     if isinstance(drafts, Mapping):
@@ -182,8 +182,7 @@ def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, st
                 name, spec = s.split("=", 1)
             else:
                 spec = s
-                name = ("ngram" if _NGRAM_RE.match(spec) else spec if _EXIT_RE.match(spec)
-                        else os.path.splitext(os.path.basename(spec.rstrip("/")))[0])
+                name = _bare_name(spec)
             items.append((name.strip(), spec.strip()))
     if not items:
         raise InvalidInput(f"drafts: give at least one draft as NAME=MODEL (MODEL: {_MODEL_KINDS})")
@@ -194,30 +193,36 @@ def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, st
             raise InvalidInput(f"draft name {name!r} is given twice; names must be distinct")
         if not spec:
             raise InvalidInput(f"draft {name!r} has an empty MODEL; write NAME=MODEL")
-        parse_ngram_spec(spec)  # an ngram... spec that does not parse is refused here, before any model loads
+        try:  # an ngram... spec that does not parse is refused here, before any model loads
+            parse_ngram_spec(spec)
+        except InvalidInput as exc:
+            raise InvalidInput(str(exc) if repr(spec) in str(exc) else f"draft {spec!r}: {exc}") from None
         out[name] = spec
     return out
 
 
 def parse_ngram_spec(spec: str) -> NgramProposer | None:
-    """The prompt-lookup proposer of ``ngram`` (n-grams of 1..3 tokens), ``ngram:MAX`` (1..MAX) or
-    ``ngram:MIN-MAX``, with the latest occurrence (:mod:`fastspec.ngram`); None when ``spec`` is not an ngram
-    specification.  Its ``k`` is the largest draft length (:data:`fastspec.hf.args.MAX_K`): a loop proposing d
-    tokens takes the first d (``dataclasses.replace(p, k=d)`` gives the same tokens)."""
-    m = _NGRAM_RE.match(str(spec).strip())
-    if m is None:
-        return None
-    arg = m.group(1)
-    if arg is None:
-        return NgramProposer(k=MAX_K)
-    parts = arg.split("-")
-    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
-        raise InvalidInput(f"draft {spec!r} does not parse: write ngram, ngram:MAX or ngram:MIN-MAX with integers "
-                           "1 <= MIN <= MAX (the n-gram lengths to match)")
-    lo, hi = (1, int(parts[0])) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
-    if not 1 <= lo <= hi:
-        raise InvalidInput(f"draft {spec!r}: n-gram lengths MIN = {lo}, MAX = {hi} are invalid; use 1 <= MIN <= MAX")
-    return NgramProposer(k=MAX_K, min_n=lo, max_n=hi)
+    """The prompt-lookup proposer (:mod:`fastspec.ngram`, latest occurrence) of ``ngram`` (n-grams of 1..3
+    tokens) or ``ngramMIN-MAX`` (also ``ngram:MIN-MAX``, ``ngram[MIN-MAX]``): the simulator's parser
+    (:func:`fastspec.simulate.ngram.parse_ngram_draft`); None when ``spec`` does not start with
+    ``ngram``.  Its ``k`` is the largest draft length (:data:`fastspec.hf.args.MAX_K`): a loop proposing d tokens
+    takes the first d (``dataclasses.replace(p, k=d)`` gives the same tokens)."""
+    from ..simulate.ngram import parse_ngram_draft
+
+    return parse_ngram_draft(str(spec).strip(), MAX_K)
+
+
+def _bare_name(spec: str) -> str:
+    """The draft name of a MODEL given without NAME=: exitL, ngram / ngramMIN-MAX, else the file name's stem."""
+    if _EXIT_RE.match(spec):
+        return spec
+    try:
+        ngram = parse_ngram_spec(spec)
+    except InvalidInput:  # refused with its message when the specifications are checked
+        return "ngram"
+    if ngram is not None:
+        return "ngram" if spec.strip() == "ngram" else f"ngram{ngram.min_n}-{ngram.max_n}"
+    return os.path.splitext(os.path.basename(spec.rstrip("/")))[0]
 
 
 def resolve_models(target, drafts: Mapping[str, str] | Sequence[str] = (), *,
@@ -225,7 +230,7 @@ def resolve_models(target, drafts: Mapping[str, str] | Sequence[str] = (), *,
     """Load ``target`` and every draft: (target_model, tokenizer, {name: draft}).
 
     ``drafts``: as :func:`parse_draft_specs` takes them (none: a target alone); MODEL is a local model directory,
-    a .gguf file, ``exitL`` (a model sharing the target's weights) or ``ngram[:MIN-MAX]`` (a
+    a .gguf file, ``exitL`` (a model sharing the target's weights) or ``ngram`` / ``ngramMIN-MAX`` (a
     :class:`fastspec.ngram.NgramProposer`, no model).  Drafts with another tokenizer or vocabulary size are
     refused (InvalidInput).  ``progress(1)`` is called after each model file is loaded."""
     specs = parse_draft_specs(drafts) if drafts else {}
