@@ -139,23 +139,27 @@ def _in_shard(i: int, S: int, path: str | None, exc: Exception) -> Exception:
 
 
 class _ShardInfo:
-    __slots__ = ("path", "N", "lengths", "tokens", "arrays", "size")
+    __slots__ = ("path", "N", "lengths", "tokens", "arrays", "size", "prompt_tokens", "prompt_lengths", "costs")
 
     def __init__(self, d: Dump):
         self.path, self.N, self.lengths, self.tokens = d.path, d.N, d.lengths, d.tokens
         self.arrays, self.size = d.arrays, d.size_on_disk
+        self.prompt_tokens, self.prompt_lengths = getattr(d, "prompt_tokens", None), getattr(d, "prompt_lengths", None)
+        self.costs = getattr(d, "costs", None)
 
 
 def _signature(d: Dump) -> dict:
     """What every shard must share with the first one."""
     return {"kind": d.kind, "drafts": tuple(d.drafts), "T": d.T, "V": d.V,
             "k": dict(d.k) if d.kind == "sparse" else None, "metadata": dict(d.metadata),
-            "dtypes": {n: a.dtype for n, a in d.arrays.items() if len(a.shape) >= 2 and n != "tokens"},
-            "tokens": d.tokens is not None}
+            "dtypes": {n: a.dtype for n, a in d.arrays.items()
+                       if len(a.shape) >= 2 and n not in ("tokens", "prompt_tokens")},
+            "tokens": d.tokens is not None, "prompt_tokens": getattr(d, "prompt_tokens", None) is not None}
 
 
 _SIG_WORDS = {"kind": "kind", "drafts": "drafts", "T": "positions T", "V": "vocabulary V", "k": "top-k widths",
-              "metadata": "metadata", "dtypes": "arrays/dtypes", "tokens": "presence of 'tokens'"}
+              "metadata": "metadata", "dtypes": "arrays/dtypes", "tokens": "presence of 'tokens'",
+              "prompt_tokens": "presence of 'prompt_tokens'"}
 
 
 def _compare(sig, sig0, first):
@@ -182,7 +186,9 @@ class ShardedDump(DumpBase):
     stored ``.npz`` members (as in :func:`fastspec.io.load_dump`; a call's own argument wins).
 
     Attributes like :class:`fastspec.io.Dump`: ``path``, ``kind``, ``drafts``, ``N`` (total), ``T``, ``V``,
-    ``k``, ``lengths`` (concatenated), ``tokens`` (concatenated or None), ``metadata``, ``arrays`` (shapes
+    ``k``, ``lengths`` (concatenated), ``tokens`` (concatenated or None), ``prompt_tokens`` / ``prompt_lengths``
+    (concatenated, padded to the widest shard, or None), ``costs`` (the first shard's cost table or None;
+    ``costs_differ`` when another shard recorded a different one), ``metadata``, ``arrays`` (shapes
     with the total N), ``size_on_disk``; plus ``shards`` (paths), ``offsets`` (first global sequence of each
     shard, and N at the end), ``row_offset`` (0: row ids are already global) and ``last_run`` (how the last
     :meth:`acceptance` ran).  Only headers and the small arrays are read when opening; no shard stays open.
@@ -211,7 +217,22 @@ class ShardedDump(DumpBase):
         self.N = int(self.offsets[-1])
         self.lengths = np.concatenate([s.lengths for s in self._info]).astype(np.int64)
         self.tokens = np.concatenate([s.tokens for s in self._info]) if self._info[0].tokens is not None else None
+        self.prompt_tokens, self.prompt_lengths = self._prompts()
+        # the first shard's cost table; shards measured apart may differ (``costs_differ``: simulate says so)
+        tables = [s.costs.as_dict() if s.costs is not None else None for s in self._info]
+        self.costs = self._info[0].costs
+        self.costs_differ = any(t != tables[0] for t in tables[1:])
         self.last_run: dict | None = None
+
+    def _prompts(self):
+        """(prompt_tokens [N, P] padded with 0 to the widest shard's P, prompt_lengths [N]) or (None, None)."""
+        if self._info[0].prompt_tokens is None:
+            return None, None
+        P = max(s.prompt_tokens.shape[1] for s in self._info)
+        toks = np.zeros((self.N, P), np.int64)
+        for i, s in enumerate(self._info):
+            toks[self.offsets[i]:self.offsets[i + 1], :s.prompt_tokens.shape[1]] = s.prompt_tokens
+        return toks, np.concatenate([s.prompt_lengths for s in self._info]).astype(np.int64)
 
     def _open_shard(self, i: int, path: str) -> _ShardInfo:
         """Read shard ``i``'s structure; the first shard sets the layout, the others must match it."""
@@ -241,10 +262,12 @@ class ShardedDump(DumpBase):
         """The first shard's arrays, with the total N in their shapes and bytes summed over shards."""
         out = {}
         for name, a in self._info[0].arrays.items():
-            if name == "lengths":
+            if name in ("lengths", "prompt_lengths"):
                 shape = (self.N,)
             elif name == "tokens":
                 shape = (self.N, self.T)
+            elif name == "prompt_tokens":
+                shape = (self.N, self.prompt_tokens.shape[1])
             elif len(a.shape) >= 2:
                 shape = (self.N, self.T, a.shape[-1])
             else:  # 0-d metadata

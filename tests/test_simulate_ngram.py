@@ -93,3 +93,114 @@ def test_parse_ngram_draft():
     assert parse_ngram_draft("ngram", 2).max_n == 3
     with pytest.raises(ValueError, match="ngramMIN-MAX"):
         parse_ngram_draft("ngram:x", 2)
+
+
+# ------------------------------------------------------------------ through fastspec.simulate and the CLI
+
+def _saved(tmp_path, name="t.npz", rows=slice(None), costs=None, drafts=None):
+    """The stub as a saved target-only dump (prompt tokens recorded), optionally rows of it and a draft model."""
+    from fastspec import save_dump
+
+    d = _dump(1)
+    lg = d.logits[rows]
+    return save_dump(str(tmp_path / name), lg, drafts(lg) if drafts else None, tokens=d.tokens[rows],
+                     lengths=d.lengths[rows], prompt_tokens=d.prompt_tokens[rows],
+                     prompt_lengths=d.prompt_lengths[rows], temperature=0.0, costs=costs)
+
+
+NGRAM_COSTS = {"version": 1, "target": {"forward_s": {str(n): 0.02 + 0.002 * n for n in range(1, 6)}},
+               "drafts": {"ngram": {"forward_s": {"1": 0.00003}, "one_call_per_step": True}},
+               "overhead_s": {"0": 0.0002, "4": 0.0004}}
+
+
+def test_simulate_target_only_dump_defaults_to_ngram(tmp_path):
+    from fastspec.simulate import simulate
+
+    p = _saved(tmp_path, costs=NGRAM_COSTS)
+    res = simulate(p, k=[1, 2, 4])
+    assert res.config["drafts"] == ["ngram1-3"] and res.config["costs"]["source"] == "dump"
+    direct = ngram_replay(_dump(1), NgramProposer(4, 1, 3), [1, 2, 4], SamplingParams(temperature=0.0))
+    for r, want in zip(res.results, direct, strict=True):
+        assert r.mean_acceptance_length_exact == pytest.approx(want["mean_acceptance_length_exact"], rel=1e-12)
+        assert r.speedup is not None and r.speedup_ci95[0] < r.speedup < r.speedup_ci95[1]
+        assert r.off_record == 0.0 and r.ci95_sequences is not None
+    assert res.best_overall["draft"] == "ngram1-3" and res.verdict.startswith("best: ngram1-3")
+    named = simulate(p, k=2, drafts=["ngram2-3"])
+    assert named.config["drafts"] == ["ngram2-3"] and named.config["ngram"]["ngram2-3"]["min_n"] == 2
+
+
+def test_ngram_speedup_by_hand(tmp_path):
+    from fastspec.simulate import simulate
+
+    p = _saved(tmp_path, costs=NGRAM_COSTS)
+    d = _dump(1)
+    k = 2
+    # the greedy replay step by step, priced with the table's loop model
+    t_fwd = NGRAM_COSTS["target"]["forward_s"]
+    over = NGRAM_COSTS["overhead_s"]
+    call = NGRAM_COSTS["drafts"]["ngram"]["forward_s"]["1"]
+    plain = t_fwd["1"] + over["0"]
+    total_time = total_tokens = 0.0
+    for n in range(d.N):
+        L = int(d.lengths[n])
+        t = 0
+        while t < L:
+            prop = NgramProposer(k, 1, 3).propose(list(d.prompt_tokens[n]) + list(d.tokens[n, :t]))
+            dd = min(len(prop), k, L - 1 - t)
+            if dd == 0:
+                total_time += call + plain
+                t += 1
+                continue
+            res = verify_logits(d.logits[n:n + 1, t:t + dd + 1], None, prop[None, :dd], temperature=0.0)
+            a = int(res.num_accepted[0])
+            total_time += call + t_fwd[str(dd + 1)] + over.get(str(dd), over["4"])
+            t += a + 1
+        total_tokens += L
+    r = simulate(p, k=k).results[0]
+    assert r.speedup == pytest.approx(total_tokens * plain / total_time, rel=1e-12)
+
+
+def test_ngram_sharded_equals_single(tmp_path):
+    from fastspec.simulate import simulate
+
+    single = _saved(tmp_path, "one.npz", costs=NGRAM_COSTS)
+    sdir = tmp_path / "shards"
+    sdir.mkdir()
+    _saved(sdir, "a.npz", rows=slice(0, 2), costs=NGRAM_COSTS)
+    _saved(sdir, "b.npz", rows=slice(2, None), costs=NGRAM_COSTS)
+    a = simulate(single, k=[1, 3]).as_dict()
+    b = simulate(str(sdir), k=[1, 3]).as_dict()
+    assert a["results"] == b["results"] and a["verdict"] == b["verdict"]
+
+
+def test_ngram_needs_prompt_tokens_and_a_valid_spec(tmp_path):
+    from fastspec import save_dump
+    from fastspec.simulate import simulate
+
+    d = _dump(1)
+    bare = save_dump(str(tmp_path / "bare.npz"), d.logits, None, tokens=d.tokens, lengths=d.lengths,
+                     temperature=0.0)
+    with pytest.raises(ValueError, match="no draft model and no prompt tokens"):
+        simulate(bare, k=2)
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        simulate(bare, k=2, drafts=["ngram"])
+    p = _saved(tmp_path)
+    with pytest.raises(ValueError, match="ngramMIN-MAX"):
+        simulate(p, k=2, drafts=["ngram3"])
+    with pytest.raises(ValueError, match="no draft named 'exit'"):
+        simulate(p, k=2, drafts=["exit"])
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    run = CliRunner().invoke
+    r = run(app, ["simulate", bare, "--k", "2", "--draft", "ngram"])
+    assert r.exit_code == 2 and "prompt_tokens" in r.stderr and "Traceback" not in r.output
+    r = run(app, ["simulate", p, "--k", "2", "--draft", "ngram5-2"])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
+    r = run(app, ["simulate", p, "--k", "1,2", "--draft", "ngram1-2", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    out = json.loads(r.stdout)
+    assert [x["draft"] for x in out["results"]] == ["ngram1-2", "ngram1-2"] and out["verdict"]

@@ -296,6 +296,9 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
         assumptions += [VARIANT_ASSUMPTIONS[a] for a in shown] + ([NGRAM_ASSUMPTION] if ngrams else [])
         warnings = (sampling_warnings(d.metadata, sp) + _interval_warnings(results)
                     + _pricing_warnings(pricing, results, list(names) + list(ngrams)))
+        if isinstance(pricing, TablePricing) and pricing.source == "dump" and getattr(d, "costs_differ", False):
+            warnings.append("the shards recorded different cost tables (measured apart); the first shard's is used: "
+                            "give one table with --costs to choose")
         top = best_overall(results) if pricing is not None else None
         return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions, top,
                                 verdict(top, pricing))
