@@ -291,7 +291,7 @@ def _print_human(res) -> None:
         out.print(f"  - {a}")
     for w in res.warnings:
         out.print(f"warning: {w}", style="bold yellow")
-    out.print(res.verdict)
+    out.print(res.verdict, soft_wrap=True)  # one line, whatever the width
 
 
 def _plot(res, path, plt) -> None:
