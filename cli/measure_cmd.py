@@ -1,5 +1,5 @@
-"""``fastspec measure``: real speculative decoding on the CPU vs ``simulate``'s offline prediction
-(needs fastspec[hf])."""
+"""``fastspec measure``: real speculative decoding on the CPU, timed against plain decoding, vs ``simulate``'s
+offline prediction (needs fastspec[hf])."""
 from __future__ import annotations
 
 import os
@@ -11,18 +11,28 @@ import typer
 from rich.table import Table
 
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
-from ._hf import check_options, import_hf
+from ._hf import check_options, eos_ids, ignore_eos_option, import_hf, load_models
 from ._options import (json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
                        temperature_option, top_k_option, top_p_option)
 from .main import app
+
+DRAFT_HELP = ("NAME=MODEL (repeatable); MODEL: directory, .gguf file, exitL (the target's first L layers), or an "
+              "n-gram prompt-lookup draft: ngram (n-grams of 1 to 3 tokens) or ngramMIN-MAX (also ngram:MIN-MAX), "
+              "named so.")
+
+
+def _fmt_ci(d: Optional[dict], digits: int = 2) -> str:
+    if not d:
+        return "-"
+    lo, hi = d["ci95"]
+    return f"{d['estimate']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 @app.command("measure")
 def measure_command(
     target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
                                 "directory or a .gguf file."),
-    draft: List[str] = typer.Option(..., "--draft", metavar="NAME=MODEL", help="NAME=MODEL (repeatable); MODEL: "
-                                    "directory, .gguf file or exitL."),
+    draft: List[str] = typer.Option(..., "--draft", metavar="NAME=MODEL", help=DRAFT_HELP),
     prompts: str = typer.Option(..., "--prompts", help="Prompts file (text, one per line, or .jsonl chat messages)."),
     k: str = k_option("1,2,4"),
     temperature: float = temperature_option(1.0, "Sampling temperature of the real loop and of the prediction "
@@ -31,20 +41,29 @@ def measure_command(
     top_p: float = top_p_option(1.0, "Top-p of the real loop and of the prediction, in (0, 1]."),
     min_p: float = min_p_option(0.0, "Min-p of the real loop and of the prediction, in [0, 1)."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", metavar="N", help="Tokens generated per prompt "
-                                        "(stops early at EOS)."),
+                                        "(stops early at EOS unless --ignore-eos)."),
+    ignore_eos: bool = ignore_eos_option(),
     seed: int = seed_option("Seed (the real loop and the dump it makes derive their seeds from it)."),
-    repeats: int = typer.Option(1, "--repeats", help="Real-loop runs per prompt and (draft, k)."),
+    repeats: int = typer.Option(1, "--repeats", help="Real-loop runs per prompt and configuration."),
     max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="Use only the first N prompts of the file."),
     dump: Optional[str] = typer.Option(None, "--dump", help="Predict from this existing dump of the same prompts "
                                        "(default: make one now, dense, from the same prompts)."),
     top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Make the prediction dump sparse top-K."),
     save_dump: Optional[str] = typer.Option(None, "--save-dump", metavar="PATH", help="Keep the prediction dump it "
                                              "makes at this path."),
+    costs: Optional[str] = typer.Option(None, "--costs", metavar="FILE", help="Cost table (JSON, see "
+                                        "fastspec.costs) for the predicted speed-ups (default: measured now by "
+                                        "fastspec.hf.measure_costs, with these models, prompts and threads)."),
+    cost_repeats: int = typer.Option(20, "--cost-repeats", metavar="N", help="Interleaved rounds of the cost "
+                                     "measurement (medians)."),
+    hf_generate: bool = typer.Option(True, "--hf-generate/--no-hf-generate", help="Also time Hugging Face generate "
+                                     "(plain decoding, same model, prompts and threads) next to fastspec's runner."),
     trials: Optional[int] = typer.Option(None, "--trials", help="simulate's Monte-Carlo replays per sequence."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
     as_json: bool = json_option(),
 ) -> None:
-    """Measured mean acceptance length (95% CI) per (draft, k) next to simulate's prediction, and the relative error."""
+    """Measured tokens per verify step and wall-clock speed-up over plain decoding (95% CIs over prompts) per
+    (draft, k), next to the prediction from a dump and a cost table, with relative errors and z."""
     from fastspec.hf.args import positive_int
 
     ks = parse_k(k)
@@ -64,11 +83,40 @@ def measure_command(
     if save_dump is not None:
         with option_errors("--save-dump"):
             hf.check_dump_path(save_dump)
-    specs = hf.parse_draft_specs(draft)
-    tmodel, tok, drafts = hf.resolve_models(target, specs)
+    with option_errors("--cost-repeats"):
+        positive_int("cost_repeats", cost_repeats)
+    table = None
+    if costs is not None:
+        from fastspec.costs import CostTable
+
+        with option_errors("--costs"):
+            table = CostTable.from_file(costs)
+    with option_errors("--draft"):
+        specs = hf.parse_draft_specs(draft)  # a malformed n-gram specification: one line, before any loading
+    tmodel, tok, drafts = load_models(hf, target, specs)
+    from fastspec.ngram import NgramProposer
+
+    models = {n: m for n, m in drafts.items() if not isinstance(m, NgramProposer)}
+    ngrams = {n: m for n, m in drafts.items() if isinstance(m, NgramProposer)}
     ids = hf.read_prompts(prompts, tok)[:max_prompts]
-    eos = hf.eos_ids(tmodel, tok)
+    eos = eos_ids(hf, tmodel, tok, ignore_eos)
     console = stderr_console()
+    notes = []
+    if table is None:
+        from fastspec.hf.costs import DEFAULT_WARMUP
+
+        start, advance, _, stop = progress_bar(console, "measuring costs (rounds)", cost_repeats + DEFAULT_WARMUP,
+                                               every=5)
+        start()
+        try:
+            table = hf.measure_costs(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
+                                     repeats=cost_repeats, **params.as_dict(), seed=seed, progress=advance)
+        finally:
+            stop()
+    missing = [n for n in drafts if n not in table.draft_forward_s]
+    if missing:
+        notes.append(f"the cost table has no entry for draft(s) {', '.join(missing)}: their speed-up is not "
+                     f"predicted (it has {', '.join(table.draft_forward_s) or 'none'})")
     tmpdir = None
     path = dump
     try:
@@ -81,35 +129,54 @@ def measure_command(
             start, advance, _, stop = progress_bar(console, "dumping (prediction)", len(ids), every=1)
             start()
             try:
-                hf.dump_logits(path, tmodel, drafts, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
-                               top_k_save=top_k_save, seed=seed, eos_token_id=eos, progress=advance)
+                hf.dump_logits(path, tmodel, models, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
+                               top_k_save=top_k_save, seed=seed, eos_token_id=hf.eos_ids(tmodel, tok),
+                               ignore_eos=ignore_eos, costs=False, progress=advance)
             finally:
                 stop()
-        prediction = hf.predict(path, list(drafts), ks, **params.as_dict(), trials=trials, seed=seed)
+        with option_errors("--dump"):
+            prediction = hf.predict(path, list(models), ks, **params.as_dict(), trials=trials, seed=seed,
+                                    ngram=ngrams, costs=table)
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
 
-    start, advance, _, stop = progress_bar(console, "real speculative loop", len(ids) * len(ks) * len(drafts),
-                                           every=1)
+    n_configs = 1 + int(hf_generate) + len(ks) * len(drafts)
+    start, advance, _, stop = progress_bar(console, "timed runs (interleaved)", len(ids) * repeats * n_configs,
+                                           every=n_configs)
     start()
     try:
         meas = hf.measure(tmodel, drafts, ids, ks, **params.as_dict(), seed=seed, max_new_tokens=max_new_tokens,
-                          eos_token_id=eos, repeats=repeats, progress=advance)
+                          eos_token_id=eos, ignore_eos=ignore_eos, repeats=repeats, plain=True,
+                          hf_generate=hf_generate, progress=advance)
     finally:
         stop()
+    import torch
+
     rows = hf.compare(meas, prediction)
+    warnings = prediction.warnings + notes
     config = {"target": target, "drafts": specs, "prompts": prompts, "num_prompts": len(ids),
               "max_prompts": max_prompts, "k": ks, **params.as_dict(), "max_new_tokens": max_new_tokens,
-              "seed": seed, "repeats": repeats, "dump": dump if dump is not None else save_dump,
-              "dump_kind": prediction.dump_kind}
+              "ignore_eos": ignore_eos, "seed": seed, "repeats": repeats,
+              "dump": dump if dump is not None else save_dump, "dump_kind": prediction.dump_kind,
+              "costs": costs if costs is not None else "measured",
+              "threads": torch.get_num_threads(), "order": meas.settings["order"]}
     if as_json:
-        print_json({"config": config, "results": rows, "prediction_warnings": prediction.warnings})
+        print_json({"config": config, "results": rows, "plain": meas.plain.as_dict(),
+                    "hf_generate": None if meas.hf_generate is None else meas.hf_generate.as_dict(),
+                    "runner_vs_generate": meas.runner_vs_generate,
+                    "costs": table.as_dict(), "prediction_warnings": warnings,
+                    "schedule": [list(s) for s in meas.schedule]})
         return
+    _print_tables(rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, warnings)
+
+
+def _print_tables(rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, warnings) -> None:
     out = stdout_console()
     sampling = params.describe() if params.filtered else f"T={temperature:g}"
-    table = Table(title=f"fastspec measure: real loop vs simulate ({sampling}, {len(ids)} prompts x "
-                        f"{max_new_tokens} new tokens, repeats={repeats})", title_justify="left")
+    budget = f"{max_new_tokens} new tokens" + (" (EOS ignored)" if ignore_eos else "")
+    table = Table(title=f"fastspec measure: real loop vs simulate ({sampling}, {len(ids)} prompts x {budget}, "
+                        f"repeats={repeats})", title_justify="left")
     for c in ("draft", "k", "predicted", "measured (95% CI)", "rel. error", "steps", "ms/token draft+target+verify"):
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
     for r, m in zip(rows, meas, strict=True):
@@ -117,20 +184,53 @@ def measure_command(
         if p["mean_acceptance_length_exact"] is not None:
             ci = p["ci95_over_prompts"]
             ptxt = f"{p['mean_acceptance_length_exact']:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
-        else:
+        elif p["lower"] is not None:
             ptxt = f"[{p['lower']:.3f}, {p['upper']:.3f}]"
+        else:
+            ptxt = "-"
         err = r["relative_error"]
         t = m.time_s
-        per = 1000.0 / max(m.emitted, 1)
+        per = 1000.0 / max(m.emitted + m.plain_steps, 1)
         table.add_row(m.draft, str(m.k), ptxt,
                       f"{m.mean_acceptance_length:.3f} ({m.ci95[0]:.3f}-{m.ci95[1]:.3f})",
                       ("-" if err is None else f"{100 * err:+.1f}%")
-                      + ("" if r["z_difference"] is None else f" (z={r['z_difference']:+.1f})"), str(m.verify_steps),
+                      + ("" if r["z_difference"] is None else f" (z={r['z_difference']:+.1f})"),
+                      str(m.verify_steps) + (f" +{m.plain_steps} plain" if m.plain_steps > len(ids) * repeats else ""),
                       f"{t['draft'] * per:.1f}+{t['target'] * per:.1f}+{t['verify'] * per:.1f}")
     out.print(table)
     out.print("predicted: simulate's exact expectation (trajectory DP) over the dump's recorded trajectories, 95% CI "
-              "over prompts (one recorded trajectory each; sparse dump: [lower, upper] bounds); measured: tokens per "
-              "verify step of the real loop, 95% CI over prompts; rel. error = (predicted - measured) / measured (0 "
-              "when inside a sparse interval); z = difference / combined standard error")
-    for w in prediction.warnings:
+              "over prompts (one recorded trajectory each; sparse dump: [lower, upper] bounds; n-gram drafts: the "
+              "replay of the proposer along the recorded prompt and tokens); measured: tokens per verify step of "
+              "the real loop, 95% CI over prompts; rel. error = (predicted - measured) / measured (0 when inside a "
+              "sparse interval); z = difference / combined standard error")
+
+    clock = Table(title="wall clock: decoding tokens/s (prefill excluded), speed-up over plain decoding",
+                  title_justify="left")
+    for c in ("configuration", "tok/s", "e2e tok/s", "speed-up [95% CI]", "predicted [95% CI]", "rel. err (z)"):
+        clock.add_column(c, justify="left" if c == "configuration" else "right", no_wrap=True)
+    plain = meas.plain
+    clock.add_row("plain (fastspec runner)", f"{plain.tokens_per_s:.2f}", f"{plain.end_to_end_tokens_per_s:.2f}",
+                  "1 (baseline)", "", "")
+    if meas.hf_generate is not None:
+        g = meas.hf_generate
+        clock.add_row("plain (HF generate)", f"{g.tokens_per_s:.2f}", f"{g.end_to_end_tokens_per_s:.2f}",
+                      _fmt_ci(g.relative_to(plain)), "", "")
+    for r, m in zip(rows, meas, strict=True):
+        sp = r.get("speedup") or {}
+        err, z = sp.get("relative_error"), sp.get("z_difference")
+        etxt = "-" if err is None else f"{100 * err:+.1f}%" + ("" if z is None else f" ({z:+.1f})")
+        clock.add_row(f"{m.draft} k={m.k}", f"{m.clock.tokens_per_s:.2f}", f"{m.clock.end_to_end_tokens_per_s:.2f}",
+                      _fmt_ci(m.speedup), _fmt_ci(sp.get("predicted")), etxt)
+    out.print(clock)
+    if meas.runner_vs_generate is not None:
+        v = meas.runner_vs_generate
+        out.print(f"honest clock: fastspec's runner decodes at {_fmt_ci(v['decode'])} x the tokens/s of Hugging Face "
+                  f"generate ({_fmt_ci(v['end_to_end'])} x end to end), same model, prompts, threads and budget")
+    out.print("tok/s: tokens made by decoding forwards / their seconds, summed over prompts and repeats (prefill "
+              "timed apart; e2e: whole calls); speed-up = tok/s over plain decoding's (runner), a ratio of totals "
+              "with a 95% CI over prompts (delta method, paired by prompt); configurations interleaved round-robin "
+              "per prompt; predicted: simulate's speed-up from the cost table (the loop's cost model), 95% CI over "
+              "prompts and costs; rel. err = (predicted - measured) / measured, z = difference / "
+              "combined standard error")
+    for w in warnings:
         out.print(f"warning: {w}", style="bold yellow")

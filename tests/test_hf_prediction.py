@@ -115,3 +115,115 @@ def test_predict_combines_simulate_and_over_prompts(dense_dump):
     assert pred.dump_kind == "dense" and set(pred.over_prompts) == {("d", 2)}
     fig = pred.figures("d", 2)
     assert fig["mean_acceptance_length_exact"] == pytest.approx(pred.over_prompts[("d", 2)][0])
+
+
+# ------------------------------------------------------------------------------- speed-ups: measured and predicted
+
+def test_speedup_ci_equal_tokens_is_ratio_ci_of_seconds():
+    """With the same tokens per prompt (fixed-length runs) the throughput ratio is plain seconds / speculative
+    seconds summed over prompts, and its interval is ratio_ci's."""
+    rng = np.random.default_rng(1)
+    tok = np.full(10, 128.0)
+    plain = rng.uniform(2, 4, size=10)
+    spec = plain * rng.uniform(0.6, 0.9, size=10)
+    got = P.speedup_ci(tok, spec, tok, plain)
+    assert got == pytest.approx(P.ratio_ci(plain, spec))
+    assert got[0] == pytest.approx(plain.sum() / spec.sum())
+
+
+def test_speedup_ci_is_the_delta_method_on_the_four_totals():
+    """The standard error is sqrt(g' S g): g the gradient of (A/B)/(C/D) at the totals (finite differences
+    here), S = n/(n-1) * n * the covariance of the per-prompt vectors (the variance of a sum of n clusters)."""
+    rng = np.random.default_rng(2)
+    n = 9
+    x = np.column_stack([rng.integers(60, 130, n), rng.uniform(1, 3, n), rng.integers(60, 130, n),
+                         rng.uniform(2, 5, n)]).astype(float)
+    est, se, half = P.speedup_ci(*x.T)
+
+    def f(t):
+        return (t[0] / t[1]) / (t[2] / t[3])
+
+    tot = x.sum(0)
+    g = np.array([(f(tot + h) - f(tot - h)) / (2 * 1e-6 * tot[i]) for i, h in enumerate(np.diag(1e-6 * tot))])
+    cov = np.cov(x.T, ddof=1) * n  # variance of the total of n clusters (centred: sum of squares / (n - 1))
+    assert est == pytest.approx(f(tot))
+    assert se == pytest.approx(math.sqrt(g @ cov @ g), rel=1e-6)
+    assert half / se == pytest.approx(stats.t.ppf(0.975, n - 1), abs=1e-3)
+    # invariant to the units of time and to scaling the token counts
+    assert P.speedup_ci(x[:, 0] * 3, x[:, 1] * 1e3, x[:, 2] * 3, x[:, 3] * 1e3) == pytest.approx((est, se, half))
+
+
+def test_speedup_ci_degenerate_and_bad_input():
+    est, se, half = P.speedup_ci([10], [1.0], [10], [2.0])
+    assert est == 2.0 and se == half == math.inf
+    est, se, half = P.speedup_ci([0, 0], [1, 1], [5, 5], [1, 1])
+    assert math.isnan(est) and se == math.inf
+    with pytest.raises(ValueError, match="one entry per prompt"):
+        P.speedup_ci([1, 2], [1, 2], [1], [1])
+
+
+@pytest.mark.statistical
+def test_speedup_ci_coverage():
+    """Calibration of the interval: speculative seconds = plain seconds x (true ratio) x independent noise, 12
+    prompts of different lengths; the 95% interval covers the true throughput ratio in 93-97.5% of 4000
+    replications (binomial sd 0.34%)."""
+    rng = np.random.default_rng(3)
+    true = 1.25
+    hits = 0
+    reps = 4000
+    for _ in range(reps):
+        base = rng.lognormal(1.0, 0.4, size=12)
+        plain = base * rng.lognormal(0, 0.1, size=12)
+        spec = base / true * rng.gamma(25.0, 1 / 25.0, size=12)
+        tok = np.round(base * 40)
+        est, se, half = P.speedup_ci(tok, spec, tok, plain)
+        hits += est - half <= true * np.exp(0.1 ** 2 / 2) <= est + half  # E[plain] / E[spec] = true * E[lognormal]
+    assert 0.93 <= hits / reps <= 0.975, hits / reps
+
+
+def _table():
+    from fastspec.costs import CostTable
+
+    return CostTable.from_dict({
+        "target": {"forward_s": {"1": 0.020, "2": 0.022, "3": 0.024, "5": 0.030},
+                   "forward_s_se": {"1": 0.0004, "3": 0.0005}},
+        "drafts": {"d": {"forward_s": {"1": 0.004, "2": 0.0045}, "forward_s_se": {"1": 0.0001}},
+                   "look": {"forward_s": {"1": 0.0001}, "one_call_per_step": True}},
+        "overhead_s": {"0": 0.0003, "1": 0.0005, "2": 0.0006, "4": 0.0008}})
+
+
+def test_predict_speedups_from_a_cost_table(dense_dump):
+    """predict(costs=...) prices every row with the loop's cost model (simulate's speed-up): a model draft's
+    speed-up is LoopCost.speedup of the exact tokens per step; its interval is simulate's, and the standard
+    error the interval's half-width / 1.96.  Without a table: no speed-up."""
+    path, _ = dense_dump
+    table = _table()
+    pred = P.predict(path, ["d"], [1, 2], costs=table, trials=4)
+    for k in (1, 2):
+        sp = pred.speedup("d", k)
+        row = pred.row("d", k)
+        m = pred.figures("d", k)["mean_acceptance_length_exact"]
+        assert sp["estimate"] == pytest.approx(table.loop_cost("d").speedup(m, k, row.p_all_accepted))
+        lo, hi = sp["ci95"]
+        assert lo < sp["estimate"] < hi and sp["standard_error"] == pytest.approx((hi - lo) / (2 * P.Z95))
+    assert P.predict(path, ["d"], [1], costs=False, trials=4).speedup("d", 1) is None
+
+
+def test_compare_rows_with_speedups():
+    sim = SimpleNamespace(results=[_sim_row("d", 2, 2.5)], warnings=[], config={"dump_kind": "dense"})
+    sim.results[0].speedup, sim.results[0].speedup_ci95 = 1.5, (1.2, 1.8)
+    pred = P.Prediction(sim, {("d", 2): (2.5, 0.1, 0.3)})
+    sp = pred.speedup("d", 2)
+    assert sp["estimate"] == 1.5 and sp["standard_error"] == pytest.approx(0.3 / P.Z95)
+    m = _measured("d", 2, 2.4, 0.1)
+    m.speedup = {"estimate": 1.25, "standard_error": 0.05, "ci95": [1.15, 1.35]}
+    row, = P.compare([m], pred)
+    s = row["speedup"]
+    assert s["predicted"] == sp and s["measured"] is m.speedup
+    assert s["relative_error"] == pytest.approx(0.2)
+    assert s["z_difference"] == pytest.approx(0.25 / math.hypot(sp["standard_error"], 0.05))
+    assert s["agrees"] is bool(abs(s["z_difference"]) <= 1.96)  # |relative error| = 20% > 10%
+    # no priced row and no clock: no speedup object (the acceptance-only rows of before)
+    sim.results[0].speedup = None
+    row, = P.compare([_measured("d", 2, 2.4, 0.1)], pred)
+    assert "speedup" not in row

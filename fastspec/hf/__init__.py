@@ -12,14 +12,17 @@ One concept per module:
   :func:`set_threads`, :func:`quiet_logging`;
 * :mod:`~fastspec.hf.prompts` -- :func:`read_prompts` (text or ``.jsonl`` chat messages, chat templates);
 * :mod:`~fastspec.hf.runner` -- the KV-cached forward runner with rollback;
-* :mod:`~fastspec.hf.loop` -- :func:`generate`, :func:`speculative_generate` (:func:`fastspec.verify_logits`
-  decides every step) and :class:`SpecResult`, :func:`teacher_forced_logits`;
+* :mod:`~fastspec.hf.loop` -- :func:`generate` / :func:`timed_generate`, :func:`speculative_generate` (a draft
+  model or an n-gram proposer; :func:`fastspec.verify_logits` decides every step) and :class:`SpecResult`,
+  :func:`hf_generate` (Hugging Face ``generate``, timed), :func:`teacher_forced_logits`;
 * :mod:`~fastspec.hf.dumping` -- :func:`dump_logits`, the dump ``fastspec.simulate`` reads;
 * :mod:`~fastspec.hf.costs` -- :func:`measure_costs`: the real loop's cost table (:mod:`fastspec.costs`) measured
   on this machine with the very models;
-* :mod:`~fastspec.hf.measure` -- :func:`measure` / :class:`MeasureResult`: the real loop over prompts;
-* :mod:`~fastspec.hf.prediction` -- :func:`ratio_ci`, :func:`predict` and :func:`compare`: a dump's prediction
-  with its CI over prompts, relative error and z against a measurement (no torch needed there).
+* :mod:`~fastspec.hf.measure` -- :func:`measure` / :class:`Measurement`: the real loop over prompts, timed
+  against plain decoding (interleaved), with measured speed-ups;
+* :mod:`~fastspec.hf.prediction` -- :func:`ratio_ci`, :func:`speedup_ci`, :func:`predict` and :func:`compare`: a
+  dump's prediction (``simulate``'s: model and n-gram drafts, speed-ups from a cost table) with its CI over
+  prompts, relative error and z against a measurement (no torch needed there).
 * :mod:`~fastspec.hf.args` -- the argument checks the entry points share.
 
 Sampling parameters follow :class:`fastspec.params.SamplingParams`; every token is drawn by
@@ -30,11 +33,13 @@ from __future__ import annotations
 
 from .costs import measure_costs
 from .dumping import check_dump_path, dump_logits
-from .loop import SpecResult, generate, speculative_generate, teacher_forced_logits
-from .measure import MeasureResult, measure
+from .loop import (GenerateResult, SpecResult, generate, hf_generate, speculative_generate, teacher_forced_logits,
+                   timed_generate)
+from .measure import ClockResult, MeasureResult, Measurement, measure
 from .models import (check_same_tokenizer, check_vocab_size, early_exit, eos_ids, load_model, load_tokenizer,
                      model_files, parse_draft_specs, parse_ngram_spec, quiet_logging, resolve_models, set_threads)
-from .prediction import Prediction, compare, predict, prediction_over_prompts, ratio_ci, relative_error, z_difference
+from .prediction import (Prediction, compare, predict, prediction_over_prompts, ratio_ci, relative_error, speedup_ci,
+                         z_difference)
 from .prompts import read_prompts
 
 __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer", "resolve_models", "read_prompts",
@@ -43,4 +48,5 @@ __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer",
            # also public (used by the command line and the tests)
            "check_vocab_size", "parse_draft_specs", "parse_ngram_spec", "model_files",
            "eos_ids", "set_threads", "quiet_logging", "check_dump_path",
-           "Prediction", "predict", "prediction_over_prompts", "compare", "relative_error", "z_difference"]
+           "Prediction", "predict", "prediction_over_prompts", "compare", "relative_error", "z_difference",
+           "timed_generate", "hf_generate", "GenerateResult", "Measurement", "ClockResult", "speedup_ci"]

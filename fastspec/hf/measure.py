@@ -1,32 +1,102 @@
-"""Measured acceptance: the real speculative loop over prompts, per draft and k, with a 95% CI over prompts.
+"""Measured acceptance and wall-clock speed-up: the real speculative loop over prompts, per draft and k, timed
+against plain decoding in the same run, with 95% CIs over prompts.
+
+What :func:`measure` runs, per prompt and repeat, **interleaved**: one round visits every configuration once --
+plain decoding with fastspec's runner (:func:`fastspec.hf.timed_generate`, the baseline of every speed-up),
+optionally Hugging Face ``generate`` (:func:`fastspec.hf.hf_generate`, the runner's own check), and
+:func:`fastspec.hf.speculative_generate` for every (draft, k) -- the starting configuration rotating from
+round to round, so that load drift on a shared machine and cache effects hit every configuration alike.  All
+use the same prompts, sampling parameters and token budget (``ignore_eos=True``: exactly ``max_new_tokens``
+tokens per run, the fixed-length runs that make tokens per second comparable).  One untimed warm-up run per
+configuration first (Numba compilation, torch's first calls).
+
+Figures (:class:`ClockResult`, :class:`MeasureResult`):
+
+* tokens per second = tokens / seconds, summed over prompts and repeats, for the **decoding** phase (after the
+  prompt is prefilled into every KV cache: what :mod:`fastspec.costs` models) and **end to end** (the whole
+  call, prefill included);
+* measured speed-up of a (draft, k) = its tokens per second / plain decoding's, a ratio of totals with prompts
+  as clusters and a 95% CI from the delta method (:func:`fastspec.hf.prediction.speedup_ci`): paired by
+  prompt, so a prompt that is slow for every configuration does not widen the interval, and the same
+  estimator (tokens over time summed over prompts) as the prediction it is compared with.  A mean of
+  per-prompt ratios would weight a short prompt like a long one and is biased upwards for noisy ratios.
 
 Compare the result with a dump's prediction through :func:`fastspec.hf.prediction.compare`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import InvalidInput
 from ..params import SamplingParams
 from .args import as_token_ids, check_k, check_max_new_tokens, positive_int
-from .loop import derive_seed, speculative_generate
-from .prediction import ratio_ci
+from .loop import as_ngram, derive_seed, speculative_generate, timed_generate
+from .loop import hf_generate as _hf_generate
+from .prediction import ratio_ci, speedup_ci
 
-__all__ = ["MeasureResult", "measure"]
+__all__ = ["MeasureResult", "ClockResult", "Measurement", "measure", "PLAIN", "HF_GENERATE"]
 
+PLAIN = "plain"
+HF_GENERATE = "hf_generate"
 _TOTALS = ("verify_steps", "drafted", "accepted", "emitted")
-_TIMES = {"draft": "draft_s", "target": "target_s", "verify": "verify_s", "total": "total_s"}
+_TIMES = {"draft": "draft_s", "target": "target_s", "verify": "verify_s", "prefill": "prefill_s",
+          "decode": "decode_s", "total": "total_s"}
+
+
+def _ci_dict(est: float, se: float, half: float) -> dict:
+    return {"estimate": est, "standard_error": se, "ci95": [est - half, est + half]}
+
+
+@dataclass
+class ClockResult:
+    """Wall-clock figures of one configuration (``plain``, ``hf_generate`` or ``DRAFT k=K``), per prompt
+    summed over repeats: tokens generated, tokens made by decoding forwards (all but the first for Hugging
+    Face generate, whose prefill forward emits it), decoding seconds and whole-call seconds."""
+
+    config: str
+    tokens: list
+    decode_tokens: list
+    decode_s: list
+    total_s: list
+    runs: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decoding throughput: decoding-forward tokens / decoding seconds (prefill excluded)."""
+        return sum(self.decode_tokens) / sum(self.decode_s) if sum(self.decode_s) > 0 else float("nan")
+
+    @property
+    def end_to_end_tokens_per_s(self) -> float:
+        """Tokens / whole-call seconds (prefill included)."""
+        return sum(self.tokens) / sum(self.total_s) if sum(self.total_s) > 0 else float("nan")
+
+    def relative_to(self, base: "ClockResult", *, end_to_end: bool = False) -> dict:
+        """This configuration's tokens per second over ``base``'s: estimate, standard error and 95% CI with
+        prompts as clusters (:func:`~fastspec.hf.prediction.speedup_ci`)."""
+        if end_to_end:
+            return _ci_dict(*speedup_ci(self.tokens, self.total_s, base.tokens, base.total_s))
+        return _ci_dict(*speedup_ci(self.decode_tokens, self.decode_s, base.decode_tokens, base.decode_s))
+
+    def as_dict(self) -> dict:
+        return {"config": self.config, "tokens_per_s": self.tokens_per_s,
+                "end_to_end_tokens_per_s": self.end_to_end_tokens_per_s, "tokens": sum(self.tokens),
+                "decode_tokens": sum(self.decode_tokens), "decode_s": sum(self.decode_s),
+                "total_s": sum(self.total_s), "runs": self.runs,
+                "per_prompt": {"tokens": list(self.tokens), "decode_tokens": list(self.decode_tokens),
+                               "decode_s": list(self.decode_s), "total_s": list(self.total_s)}}
 
 
 @dataclass
 class MeasureResult:
     """Figures of one (draft, k) over every prompt and repeat: mean acceptance length = emitted / verify steps,
-    its 95% CI and standard error (prompts as clusters, :func:`ratio_ci`), totals, per-position acceptance
-    (steps whose draft j was accepted / verify steps), times in seconds summed over runs, and the run count.
-    ``as_dict()`` is the ``measured`` object of a :func:`fastspec.hf.compare` row."""
+    its 95% CI and standard error (prompts as clusters, :func:`ratio_ci`), totals, plain steps (no n-gram
+    match, or the last token) and empty n-gram proposals, per-position acceptance (steps whose draft j was
+    accepted / verify steps), times in seconds summed over runs, and the run count; with a clock, ``clock``
+    (:class:`ClockResult`) and ``speedup`` / ``speedup_end_to_end`` over plain decoding (estimate, standard
+    error, ci95).  ``as_dict()`` is the ``measured`` object of a :func:`fastspec.hf.compare` row."""
 
     draft: str
     k: int
@@ -41,35 +111,97 @@ class MeasureResult:
     per_position_acceptance: list[float]
     time_s: dict = field(default_factory=dict)
     runs: int = 0
+    plain_steps: int = 0
+    empty_steps: int = 0
+    clock: ClockResult | None = None
+    speedup: dict | None = None
+    speedup_end_to_end: dict | None = None
 
     def as_dict(self) -> dict:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
         d["ci95"] = list(self.ci95)
+        d["clock"] = None if self.clock is None else self.clock.as_dict()
         return d
 
 
-def _aggregate(name: str, k: int, runs: list[list]) -> MeasureResult:
+@dataclass
+class Measurement:
+    """What :func:`measure` returns: ``results`` (one :class:`MeasureResult` per (draft, k), in the order of
+    the drafts then the ks; iterating a Measurement iterates them), ``plain`` and ``hf_generate``
+    (:class:`ClockResult`, None when not run), ``runner_vs_generate`` (plain decoding's tokens per second with
+    fastspec's runner over Hugging Face generate's, decoding and end to end, with CIs; None unless both ran),
+    ``schedule`` (the (prompt, repeat, configuration) of every timed run, in execution order) and
+    ``settings``."""
+
+    results: list
+    plain: ClockResult | None = None
+    hf_generate: ClockResult | None = None
+    runner_vs_generate: dict | None = None
+    schedule: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[MeasureResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, i):
+        return self.results[i]
+
+    def as_dict(self) -> dict:
+        return {"results": [r.as_dict() for r in self.results],
+                "plain": None if self.plain is None else self.plain.as_dict(),
+                "hf_generate": None if self.hf_generate is None else self.hf_generate.as_dict(),
+                "runner_vs_generate": self.runner_vs_generate, "settings": self.settings,
+                "schedule": [list(s) for s in self.schedule]}
+
+
+def _clock(config: str, runs: list[list]) -> ClockResult:
+    """ClockResult from ``runs[i]`` (results of prompt i: SpecResult or GenerateResult)."""
+    def dtok(r):
+        return getattr(r, "decode_tokens", len(r.tokens))
+
+    return ClockResult(config, [sum(len(r.tokens) for r in rs) for rs in runs],
+                       [sum(dtok(r) for r in rs) for rs in runs],
+                       [sum(r.decode_s for r in rs) for rs in runs], [sum(r.total_s for r in rs) for rs in runs],
+                       sum(len(rs) for rs in runs))
+
+
+def _aggregate(name: str, k: int, runs: list[list], plain: ClockResult | None) -> MeasureResult:
     """The :class:`MeasureResult` of one (draft, k) from its runs (``runs[i]``: the SpecResults of prompt i)."""
     flat = [r for per_prompt in runs for r in per_prompt]
     est, se, half = ratio_ci([sum(r.emitted for r in rs) for rs in runs],
                              [sum(r.verify_steps for r in rs) for rs in runs])
     tot = {f: sum(getattr(r, f) for r in flat) for f in _TOTALS}
     pos = sum((r.per_position_accepted for r in flat), np.zeros(k, np.int64))
+    clock = _clock(f"{name} k={k}", runs)
     return MeasureResult(
         draft=name, k=k, mean_acceptance_length=est, ci95=(est - half, est + half), standard_error=se,
         verify_steps=tot["verify_steps"], drafted=tot["drafted"], accepted=tot["accepted"], emitted=tot["emitted"],
         draft_acceptance_rate=tot["accepted"] / tot["drafted"] if tot["drafted"] else float("nan"),
         per_position_acceptance=(pos / max(tot["verify_steps"], 1)).tolist(),
-        time_s={key: sum(getattr(r, attr) for r in flat) for key, attr in _TIMES.items()}, runs=len(flat))
+        time_s={key: sum(getattr(r, attr) for r in flat) for key, attr in _TIMES.items()}, runs=len(flat),
+        plain_steps=sum(r.plain_steps for r in flat), empty_steps=sum(r.empty_steps for r in flat), clock=clock,
+        speedup=None if plain is None else clock.relative_to(plain),
+        speedup_end_to_end=None if plain is None else clock.relative_to(plain, end_to_end=True))
 
 
 def measure(target, drafts: Mapping, prompts: Sequence[Sequence[int]], ks: Sequence[int], *, temperature=1.0,
-            top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128, eos_token_id=None, repeats: int = 1,
-            progress: Callable[[int], None] | None = None) -> list[MeasureResult]:
-    """Run :func:`fastspec.hf.speculative_generate` for every (draft, k) over every prompt (``repeats`` times
-    each, seeds derived from (seed, draft index, k, prompt, repeat)) and aggregate: mean acceptance length =
-    total emitted / total verify steps with a 95% CI from :func:`ratio_ci` over prompts (repeats of a prompt
-    pooled).  ``progress(1)`` is called after each (draft, k, prompt)."""
+            top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128, eos_token_id=None, ignore_eos: bool = False,
+            repeats: int = 1, plain: bool = True, hf_generate: bool = False, warmup: bool = True,
+            progress: Callable[[int], None] | None = None) -> Measurement:
+    """Run plain decoding, optionally Hugging Face ``generate``, and :func:`fastspec.hf.speculative_generate`
+    for every (draft, k) over every prompt (``repeats`` times each), interleaved round-robin per prompt and
+    repeat with a rotating start (module docstring), and aggregate.
+
+    ``drafts``: {name: draft model, :class:`fastspec.ngram.NgramProposer` or n-gram specification}.  Seeds:
+    (draft index, k, prompt, repeat) for the speculative runs, (prompt) for plain decoding's first repeat (the
+    seed of the continuation :func:`fastspec.hf.dump_logits` samples) and (prompt, repeat) after it.  ``ignore_eos``:
+    every run makes exactly ``max_new_tokens`` tokens (``eos_token_id`` is not used).  Mean acceptance length
+    = total emitted / total verify steps with a 95% CI from :func:`ratio_ci` over prompts (repeats of a prompt
+    pooled); speed-ups as in the module docstring (``plain=False``: none).  ``progress(1)`` is called after
+    each timed run.  Returns a :class:`Measurement`."""
     params = SamplingParams(temperature, top_k, top_p, min_p)
     ks = [check_k(k) for k in ks]
     max_new_tokens = check_max_new_tokens(max_new_tokens)
@@ -77,15 +209,46 @@ def measure(target, drafts: Mapping, prompts: Sequence[Sequence[int]], ks: Seque
     prompts = [as_token_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
     if not drafts or not prompts or not ks:
         raise InvalidInput("measure needs at least one draft, one prompt and one k")
-    results = []
-    for di, (name, dm) in enumerate(drafts.items()):
-        for k in ks:
-            runs = []
-            for i, prompt in enumerate(prompts):
-                runs.append([speculative_generate(target, dm, prompt, k, **params.as_dict(),
-                                                  seed=derive_seed(seed, di, k, i, rep), max_new_tokens=max_new_tokens,
-                                                  eos_token_id=eos_token_id) for rep in range(repeats)])
+    drafts = {name: (as_ngram(d) or d) for name, d in drafts.items()}
+    eos = None if ignore_eos else eos_token_id
+    sp = params.as_dict()
+
+    def run(config, i, rep, n_new):
+        if config == PLAIN:
+            s = derive_seed(seed, i) if rep == 0 else derive_seed(seed, i, rep)
+            return timed_generate(target, prompts[i], **sp, seed=s, max_new_tokens=n_new, eos_token_id=eos)
+        if config == HF_GENERATE:
+            return _hf_generate(target, prompts[i], **sp, seed=derive_seed(seed, i, rep, 1), max_new_tokens=n_new,
+                                eos_token_id=eos)
+        di, name, k = config
+        return speculative_generate(target, drafts[name], prompts[i], k, **sp, seed=derive_seed(seed, di, k, i, rep),
+                                    max_new_tokens=n_new, eos_token_id=eos)
+
+    configs = ([PLAIN] if plain else []) + ([HF_GENERATE] if hf_generate else []) + [
+        (di, name, k) for di, name in enumerate(drafts) for k in ks]
+    if warmup:
+        for c in configs:
+            run(c, 0, 0, min(max_new_tokens, 2 * max(ks) + 2))
+    runs = {c: [[] for _ in prompts] for c in configs}
+    schedule = []
+    rnd = 0
+    for i in range(len(prompts)):
+        for rep in range(repeats):
+            start = rnd % len(configs)
+            for c in configs[start:] + configs[:start]:
+                runs[c][i].append(run(c, i, rep, max_new_tokens))
+                schedule.append((i, rep, c if isinstance(c, str) else f"{c[1]} k={c[2]}"))
                 if progress is not None:
                     progress(1)
-            results.append(_aggregate(name, k, runs))
-    return results
+            rnd += 1
+    plain_clock = _clock(PLAIN, runs[PLAIN]) if plain else None
+    hf_clock = _clock(HF_GENERATE, runs[HF_GENERATE]) if hf_generate else None
+    results = [_aggregate(c[1], c[2], runs[c], plain_clock) for c in configs if not isinstance(c, str)]
+    versus = None
+    if plain_clock is not None and hf_clock is not None:
+        versus = {"decode": plain_clock.relative_to(hf_clock),
+                  "end_to_end": plain_clock.relative_to(hf_clock, end_to_end=True)}
+    settings = {**sp, "seed": seed, "max_new_tokens": max_new_tokens, "ignore_eos": bool(ignore_eos),
+                "repeats": repeats, "num_prompts": len(prompts), "warmup": bool(warmup),
+                "order": "round-robin per prompt and repeat, start rotating by one configuration each round"}
+    return Measurement(results, plain_clock, hf_clock, versus, schedule, settings)

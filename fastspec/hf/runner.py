@@ -73,6 +73,13 @@ class KVRunner:
                 raise RuntimeError(f"internal: cache holds {got} positions, expected {self.length}")
         return out.logits[0, -n:].to(torch.float32).numpy()
 
+    def prefill(self, seq: Sequence[int]) -> None:
+        """Feed ``seq`` into the cache without keeping its logits (a no-op without a cache or for an empty
+        ``seq``): the prompt before its last token, so that every later call is a decoding step."""
+        if not self.use_cache or len(seq) <= self.length:
+            return
+        self.logits(seq, 1)
+
     def rollback(self, length: int) -> None:
         """Keep only the first ``length`` cached positions (no-op without a cache or when it holds fewer)."""
         if self.use_cache and length < self.length:
