@@ -125,6 +125,7 @@ def test_simulate_target_only_dump_defaults_to_ngram(tmp_path):
         assert r.speedup is not None and r.speedup_ci95[0] < r.speedup < r.speedup_ci95[1]
         assert r.off_record == 0.0 and r.ci95_sequences is not None
     assert res.best_overall["draft"] == "ngram1-3" and res.verdict.startswith("best: ngram1-3")
+    assert not any("Monte-Carlo" in w for w in res.warnings)  # exact rows miss no interval
     named = simulate(p, k=2, drafts=["ngram2-3"])
     assert named.config["drafts"] == ["ngram2-3"] and named.config["ngram"]["ngram2-3"]["min_n"] == 2
 

@@ -308,7 +308,8 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
 
 
 def _interval_warnings(results) -> list[str]:
-    rows = [r for r in results if r.mean_acceptance_length is not None and r.ci95 is None]
+    rows = [r for r in results if r.mean_acceptance_length is not None and r.ci95 is None
+            and r.off_record is None]  # n-gram rows are exact: no Monte-Carlo, no interval to miss
     if not rows:
         return []
     which = ", ".join(f"{r.draft} k={r.k}" + ("" if (r.verify, r.candidates) == ("token", 1) else
