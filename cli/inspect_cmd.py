@@ -6,11 +6,13 @@ from typing import Optional
 
 from rich.table import Table
 
-from ._common import fail, print_json, stdout_console
+from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
 from ._dask import open_scheduler
 from ._options import (check_sampling, dump_argument, integrity_option, json_option, k_option, min_p_option, parse_k,
                        scheduler_option, temperature_option, top_k_option, top_p_option)
 from .main import app
+
+PROGRESS_LINES_BYTES = 256 << 20  # dumps from this size on print progress lines when stderr is not a terminal
 
 
 def _size(n: int) -> str:
@@ -45,7 +47,16 @@ def inspect_command(
         info = d.describe()
         settings = resolve_sampling(d, **given).as_dict()
         acc = d.acceptance if hasattr(d, "acceptance") else (lambda **kw: dump_acceptance(d, **kw))
-        res = acc(**given)
+        # the alpha pass reads every byte of the dump: a bar on a terminal; elsewhere (a log) a line per tenth of
+        # a dump large enough to take a while
+        big = d.size_on_disk >= PROGRESS_LINES_BYTES
+        start, advance, _, stop = progress_bar(stderr_console(), "alpha pass (positions)", d.N * d.T,
+                                               every=max(1, d.N * d.T // 10) if big else None)
+        start()
+        try:
+            res = acc(**given, progress=advance)
+        finally:
+            stop()
         drafts = {}
         for name, r in res.items():
             entry: dict = {"exact": r.exact}

@@ -23,6 +23,7 @@ Both are exact when k covers the whole support.  Sampling settings that need the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numba
 import numpy as np
@@ -175,14 +176,16 @@ def resolve_sampling(dump, temperature=None, top_k=None, top_p=None, min_p=None)
 
 
 def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None,
-                    max_bytes=None, verify_integrity: bool | None = None) -> dict[str, DraftAcceptance]:
+                    max_bytes=None, verify_integrity: bool | None = None,
+                    progress: Callable[[int], None] | None = None) -> dict[str, DraftAcceptance]:
     """alpha at every valid position of a dump, per draft, reading ``max_bytes`` per array at a time.
 
     ``dump``: a :class:`fastspec.io.Dump` or a path.  Sampling settings default to the dump's recorded metadata
     (:func:`resolve_sampling`).  Dense dumps give exact alpha; sparse dumps give the [lower, upper] interval.
     ``verify_integrity``: check the CRC-32 of the stored ``.npz`` members the pass reads (the target's and the
     selected drafts'), as they are read; default: the dump's setting (True for a path).
-    Extra memory: one chunk per array plus O(N T) float64 outputs per draft.
+    ``progress(n)``: called after each chunk with the n positions (rows of the N x T grid) it covered; they add
+    up to N T.  Extra memory: one chunk per array plus O(N T) float64 outputs per draft.
     """
     from .config import DEFAULT_CHUNK_BYTES
     from .io import load_dump
@@ -218,6 +221,8 @@ def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=Non
                                      sp.temperature == 0.0)
                     res[n].lower.reshape(-1)[ch.start:ch.stop] = lo
                     res[n].upper.reshape(-1)[ch.start:ch.stop] = hi
+            if progress is not None:
+                progress(ch.stop - ch.start)
         return res
     finally:
         if own:

@@ -352,13 +352,14 @@ class ShardedDump(DumpBase):
 
     # ---- the heavy pass --------------------------------------------------------------------------------
     def acceptance(self, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None, max_bytes=None,
-                   client=None, verify_integrity: bool | None = None) -> dict:
+                   client=None, verify_integrity: bool | None = None, progress=None) -> dict:
         """:func:`fastspec.acceptance.dump_acceptance` over every shard, assembled in shard order.
 
         Same arguments and result (``{draft: DraftAcceptance}`` with [N, T] arrays) as ``dump_acceptance``;
         bitwise the same numbers.  ``client`` (default: the one given when opening) runs one task per
         shard on a Dask cluster (:func:`fastspec.distributed.run_on_cluster`); without one, the shards are
-        processed here, one after another.
+        processed here, one after another.  ``progress(n)``: called with the positions (N_i T) of each shard as it
+        is done (on a cluster: when the run is done), as in ``dump_acceptance``.
         """
         from .acceptance import DraftAcceptance, resolve_sampling
 
@@ -375,10 +376,14 @@ class ShardedDump(DumpBase):
             for i, p in enumerate(self.shards):
                 parts.append(alpha_task(p, params, None, expect[i]))
                 check_part(parts[-1], i, S)
+                if progress is not None:
+                    progress(expect[i][0] * self.T)
             self.last_run = {"scheduler": None, "tasks": S}
         else:
             parts, self.last_run = run_on_cluster(client, self.shards, params, expect,
                                                   threads_per_worker=self.threads_per_worker, retries=self.retries)
+            if progress is not None:
+                progress(self.N * self.T)
         valid = np.arange(self.T)[None, :] < self.lengths[:, None]
 
         def joined(n, j):

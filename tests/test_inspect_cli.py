@@ -75,3 +75,41 @@ def test_inspect_bad_files(tmp_path):
     np.savez(tmp_path / "nan.npz", target_logits=np.array([[0.0, np.nan]]), draft_logits=np.zeros((1, 2)))
     r = runner.invoke(app, ["inspect", str(tmp_path / "nan.npz")])
     assert r.exit_code == 2 and "target_logits" in r.stderr and "NaN" in r.stderr
+
+
+def test_inspect_reports_progress_of_the_alpha_pass(tmp_path, monkeypatch):
+    import fastspec_cli.inspect_cmd as inspect_cmd
+
+    seen = {}
+
+    def recording_bar(_console, label, total, *, every=None):
+        seen.update(label=label, total=total, done=0, every=every)
+
+        def advance(n=1):
+            seen["done"] += n
+
+        return (lambda: None), advance, (lambda _n: None), (lambda: None)
+
+    monkeypatch.setattr(inspect_cmd, "progress_bar", recording_bar)
+    path, P, _ = _dump(tmp_path)
+    r = runner.invoke(app, ["inspect", path, "--json"])
+    assert r.exit_code == 0, r.output
+    assert seen["total"] == P.shape[0] * P.shape[1] == seen["done"] and "alpha pass" in seen["label"]
+    assert seen["every"] is None  # a small dump prints no progress lines into logs
+    monkeypatch.setattr(inspect_cmd, "PROGRESS_LINES_BYTES", 1)
+    runner.invoke(app, ["inspect", path])
+    assert seen["every"] is not None and seen["every"] >= 1
+
+
+def test_alpha_pass_progress_adds_up(tmp_path):
+    from fastspec.acceptance import dump_acceptance
+    from fastspec.shards import ShardedDump
+
+    path, P, Q = _dump(tmp_path)
+    ticks = []
+    dump_acceptance(path, progress=ticks.append, max_bytes=200)
+    assert len(ticks) > 1 and sum(ticks) == P.shape[0] * P.shape[1]
+    p2 = str(save_dump(tmp_path / "e.npz", P, {"tiny": Q, "same": P}, lengths=[6, 4], temperature=0.8))
+    ticks = []
+    ShardedDump([path, p2]).acceptance(progress=ticks.append)
+    assert ticks == [12, 12]

@@ -370,6 +370,17 @@ def test_two_arrays_for_one_draft_are_refused(tmp_path):
         load_dump(_write_npz(tmp_path / "two.npz", arrays))
 
 
+def test_two_sparse_pairs_for_one_draft_are_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    ids = np.argsort(rng.standard_normal((2, 4, 20)), -1)[..., :5].astype(np.int32)
+    lp = np.log(np.full((2, 4, 5), 0.1, np.float32))
+    arrays = {"target_topk_ids": ids, "target_topk_logprobs": lp, "draft_topk_ids": ids,
+              "draft_topk_logprobs": lp, "draft_topk_ids__draft": ids, "draft_topk_logprobs__draft": lp,
+              "vocab_size": np.array(20)}
+    with pytest.raises(ValueError, match="'draft_topk_ids' and 'draft_topk_ids__draft' both hold"):
+        load_dump(_write_npz(tmp_path / "two.npz", arrays))
+
+
 @pytest.mark.parametrize("header,pattern", [
     ("{'descr': '<f2', 'fortran_order': False, 'shape': (16777216, 16, 34359738368), }", "truncated"),  # no wrap
     ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", "negative dimension"),

@@ -192,7 +192,7 @@ def test_ngram_needs_prompt_tokens_and_a_valid_spec(tmp_path):
         simulate(p, k=2, drafts=["exit"])
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from fastspec_cli.main import app
 
     run = CliRunner().invoke
     r = run(app, ["simulate", bare, "--k", "2", "--draft", "ngram"])

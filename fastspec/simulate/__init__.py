@@ -215,9 +215,10 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
     the alpha pass.
     ``verify``, ``candidates``, ``candidate_sampling``, ``block_trials`` (2 to 10**7 replays per sequence):
     verification variants reported side by side.  ``progress_total(n)`` is called once with the units of work
-    and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row counts one per
-    sequence).  ``verify_integrity``: a dump opened from a path checks the CRC-32 of its stored ``.npz``
-    members as they are read (default); False skips that (an open dump keeps the setting it was loaded with).
+    and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row, an n-gram draft
+    and the alpha pass count one per sequence).  ``verify_integrity``: a dump opened from a path checks the
+    CRC-32 of its stored ``.npz`` members as they are read (default); False skips that (an open dump keeps the
+    setting it was loaded with).
     Every argument is checked before the dump is read.
     """
     ks = parse_k_list(k)
@@ -246,12 +247,19 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
             raise InvalidInput(f"{d.path}: {what} needs the full target and draft distributions (dense logits); "
                                "this dump is sparse top-k: use token verification with one candidate, or a dense "
                                "dump")
+        units = (len(names) * len(ks) * sum(_progress_units(d, mode, trials, bt, v, w) for v, w in variant_list)
+                 + len(ngrams) * d.N + (d.N if names else 0))  # the alpha pass counts one unit per sequence
+        if progress_total is not None:
+            progress_total(units)
+        tick = _sequence_ticks(progress, d.T)
         if not names:
             accs = {}
         elif hasattr(d, "acceptance"):  # e.g. a sharded dump computing alpha on a cluster
-            accs = d.acceptance(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names)
+            accs = d.acceptance(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names,
+                                progress=tick)
         else:
-            accs = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names)
+            accs = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names,
+                                   progress=tick)
         lengths = d.lengths.astype(np.int64)
         row_ids = np.arange(d.N, dtype=np.int64) + int(getattr(d, "row_offset", 0))
         flags = pricing.model if isinstance(pricing, FlagPricing) else None
@@ -267,9 +275,6 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
             config["variants"] = [{"verify": v, "candidates": w} for v, w in variant_list]
             config["candidate_sampling"] = candidate_sampling
             config["block_trials"] = bt if ("block", 1) in variant_list else None
-        if progress_total is not None:
-            progress_total(len(names) * len(ks) * sum(_progress_units(d, mode, trials, bt, v, w)
-                                                      for v, w in variant_list) + len(ngrams) * d.N)
         ctx = _Context(d, lengths, row_ids, mode, trials, batches, seed, pricing, sp, progress, bt,
                        candidate_sampling)
         results: list[DraftKResult] = []
@@ -291,8 +296,9 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
         best = _best(results, list(names) + list(ngrams), pricing)
         shown = [a for a, on in (("candidates", any(w > 1 for _, w in variant_list)),
                                  ("block", ("block", 1) in variant_list)) if on]
-        assumptions = list(ASSUMPTIONS[:-1]) + [SPEEDUP_ASSUMPTIONS[
-            "none" if pricing is None else ("flags" if flags else "table")]]
+        # measured seconds replace the relative formula (the last line); without costs it stays, and says so
+        assumptions = (list(ASSUMPTIONS[:-1]) + [SPEEDUP_ASSUMPTIONS["table"]] if isinstance(pricing, TablePricing)
+                       else list(ASSUMPTIONS) + ([SPEEDUP_ASSUMPTIONS["none"]] if pricing is None else []))
         assumptions += [VARIANT_ASSUMPTIONS[a] for a in shown] + ([NGRAM_ASSUMPTION] if ngrams else [])
         warnings = (sampling_warnings(d.metadata, sp) + _interval_warnings(results)
                     + _pricing_warnings(pricing, results, list(names) + list(ngrams)))
@@ -317,6 +323,22 @@ def _interval_warnings(results) -> list[str]:
     return [f"no Monte-Carlo interval for {which}: every batch of trials gave the same estimate, so the spread "
             "cannot be estimated (ci95 and standard_error are null) and the agreement with the exact value was not "
             "checked; use more trials"]
+
+
+def _sequence_ticks(progress, T):
+    """progress(n) in whole sequences from the alpha pass's position counts (None without a callback)."""
+    if progress is None:
+        return None
+    state = {"positions": 0, "shown": 0}
+
+    def tick(n):
+        state["positions"] += n
+        seqs = state["positions"] // T
+        if seqs > state["shown"]:
+            progress(seqs - state["shown"])
+            state["shown"] = seqs
+
+    return tick
 
 
 def _progress_units(d, mode, trials, block_trials, verify, w):
