@@ -148,20 +148,29 @@ def all_outputs():
     return {**verify_outputs(), **simulate_outputs(), **alpha_outputs()}
 
 
-def compare(expected, got, path=""):
-    """Raise AssertionError at the first difference: ints/strings/bools exact, floats within FLOAT_RTOL."""
+#: pins whose input data changed on purpose, with the tolerance that change needs: the shipped SmolLM2 dump was
+#: regenerated in #13 (costs and prompt tokens recorded; the early-exit rows now come from the target's own
+#: forwards, so their float32 log-probabilities moved by ~2e-8 relative; the tokens are identical)
+RTOL_OVERRIDES = {"/simulate/real_sparse": 1e-6}
+
+
+def compare(expected, got, path="", rtol=None):
+    """Raise AssertionError at the first difference: ints/strings/bools exact, floats within FLOAT_RTOL (or the
+    RTOL_OVERRIDES entry of the path)."""
+    rtol = RTOL_OVERRIDES.get(path, rtol)
     if isinstance(expected, dict):
         assert isinstance(got, dict), path
         assert set(expected) <= set(got), f"{path}: missing keys {sorted(set(expected) - set(got))}"
         for k in expected:
-            compare(expected[k], got[k], f"{path}/{k}")
+            compare(expected[k], got[k], f"{path}/{k}", rtol)
     elif isinstance(expected, list):
         assert isinstance(got, list) and len(got) == len(expected), f"{path}: length"
         for i, (a, b) in enumerate(zip(expected, got, strict=True)):
-            compare(a, b, f"{path}[{i}]")
+            compare(a, b, f"{path}[{i}]", rtol)
     elif isinstance(expected, float) and not isinstance(expected, bool):
         assert isinstance(got, (int, float)), f"{path}: {got!r}"
-        assert abs(got - expected) <= FLOAT_RTOL * max(1.0, abs(expected)), f"{path}: {got!r} != {expected!r}"
+        tol = FLOAT_RTOL if rtol is None else rtol
+        assert abs(got - expected) <= tol * max(1.0, abs(expected)), f"{path}: {got!r} != {expected!r}"
     else:
         assert got == expected, f"{path}: {got!r} != {expected!r}"
 
