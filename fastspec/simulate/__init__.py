@@ -59,19 +59,18 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .._numba.rng import seed_bits
-from ..acceptance import DraftAcceptance, alpha_summary, dump_acceptance, resolve_sampling
-from ..analysis import expected_tokens_closed_form, expected_tokens_per_step
+from ..acceptance import alpha_summary, dump_acceptance, resolve_sampling
 from ..config import AGREEMENT_FALSE_ALARM, AGREEMENT_Z, DEFAULT_BATCHES, MAX_BATCHES
 from ..errors import InvalidInput, InvalidType
 from ..params import format_value
 from ..stats import batch_means_ci
-from . import runners
 from .config import MODES, block_trials as _block_trials, check_trials, parse_k_list, variants as _variants
 from .costs import CostModel, VerifyCost
-from .ngram import NGRAM_ASSUMPTION, ngram_name, ngram_replay, parse_ngram_draft
-from .results import (ASSUMPTIONS, BLOCK_EXACT_REASON, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
+from .rows import Context, ngram_rows, token_row, variant_row
+from .ngram import NGRAM_ASSUMPTION, ngram_name, parse_ngram_draft
+from .results import (ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
                       SimulationResult, sampling_warnings)
-from .speedup import FlagPricing, TablePricing, best_overall, over_sequences, speedup_interval, verdict
+from .speedup import FlagPricing, TablePricing, best_overall, verdict
 
 __all__ = ["simulate", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult", "SimulationResult",
            "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "AGREEMENT_Z", "VERIFY_METHODS",
@@ -275,7 +274,7 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
             config["variants"] = [{"verify": v, "candidates": w} for v, w in variant_list]
             config["candidate_sampling"] = candidate_sampling
             config["block_trials"] = bt if ("block", 1) in variant_list else None
-        ctx = _Context(d, lengths, row_ids, mode, trials, batches, seed, pricing, sp, progress, bt,
+        ctx = Context(d, lengths, row_ids, mode, trials, batches, seed, pricing, sp, progress, bt,
                        candidate_sampling)
         results: list[DraftKResult] = []
         summaries = {}
@@ -288,11 +287,11 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
             for kk in ks:
                 for v, w in variant_list:
                     if (v, w) == ("token", 1):
-                        results.append(_one(ctx, name, acc, kk))
+                        results.append(token_row(ctx, name, acc, kk))
                     else:
-                        results.append(_variant_row(ctx, name, acc, kk, v, w, betas))
+                        results.append(variant_row(ctx, name, acc, kk, v, w, betas))
         for name, proposer in ngrams.items():
-            results.extend(_ngram_rows(ctx, name, proposer, ks))
+            results.extend(ngram_rows(ctx, name, proposer, ks))
         best = _best(results, list(names) + list(ngrams), pricing)
         shown = [a for a, on in (("candidates", any(w > 1 for _, w in variant_list)),
                                  ("block", ("block", 1) in variant_list)) if on]
@@ -349,20 +348,6 @@ def _progress_units(d, mode, trials, block_trials, verify, w):
     return d.N * trials if w == 1 and mode == "token" and d.kind == "dense" else d.N
 
 
-class _Context:
-    """What every (draft, k) row of one simulation shares."""
-
-    def __init__(self, d, lengths, row_ids, mode, trials, batches, seed, cost, sp, progress, block_trials,
-                 candidate_sampling):
-        self.d, self.lengths, self.row_ids, self.mode = d, lengths, row_ids, mode
-        self.trials, self.batches, self.seed, self.cost, self.sp = trials, batches, seed, cost, sp
-        self.progress, self.block_trials, self.candidate_sampling = progress, block_trials, candidate_sampling
-
-    def tick(self, n=1):
-        if self.progress is not None:
-            self.progress(n)
-
-
 def _best(results, names, pricing):
     """{draft: the k with the highest speed-up among its token-verification rows} (None: not priced)."""
     best = {}
@@ -396,164 +381,6 @@ def _pricing_warnings(pricing, results, names) -> list[str]:
             out.append(f"the cost table's target forwards reach {top} positions (k <= {top - 1}): no speed-up at "
                        f"k = {', '.join(map(str, ks))}")
     return out
-
-
-def _interval(mc, alpha, valid, exact=None):
-    """(estimate, standard error, ci95 half-width) of the replay's tokens per step from its batches; the standard
-    error and half-width are None when the batches cannot give an interval: fewer than two of them verified
-    anything, or every batch gave the same estimate of a random process (too few trials for the spread to show).
-    A zero spread is exact when nothing was drafted, when the estimate equals ``exact``, or when every alpha_t
-    is 0 or 1 (no randomness)."""
-    est, se, half = batch_means_ci(mc["tokens"], mc["steps"], empty=1.0)
-    if se == 0 and mc["steps"].sum() > 0 and not (exact is not None and _same(est, exact)):
-        a = alpha[valid]
-        if not np.all((a == 0) | (a == 1)):
-            se = math.inf
-    return (est, se, half) if math.isfinite(se) else (est, None, None)
-
-
-def _same(a, b) -> bool:
-    return abs(a - b) <= 1e-9 * max(1.0, abs(b))  # equal up to rounding (e.g. greedy: every batch identical)
-
-
-def _mc_fields(mc, est, se, half):
-    steps = int(mc["steps"].sum())
-    drafted = int(mc["drafted"].sum())
-    return dict(mean_acceptance_length=float(est),
-                ci95=None if half is None else (float(est - half), float(est + half)),
-                draft_acceptance_rate=float(mc["accepted"].sum() / drafted) if drafted else 0.0,
-                per_position_acceptance=(mc["pos_accepted"] / max(steps, 1)).tolist(),
-                accepted_length_histogram=(mc["hist"] / max(steps, 1)).tolist(),
-                standard_error=None if se is None else float(se), verify_steps=steps)
-
-
-def _agreement(mc, est, se, exact):
-    """(z, threshold, agrees) of the MC estimate against the exact value; z and agrees are None without an
-    interval."""
-    bound = runners.agreement_threshold(max(1, int((mc["steps"] > 0).sum()) - 1))
-    if se is None:
-        return None, bound, None
-    if _same(est, exact):
-        z = 0.0
-    else:
-        z = (est - exact) / se if se > 0 else math.inf  # a deterministic replay that is wrong
-    return float(z), bound, bool(abs(z) <= bound)
-
-
-def _one(ctx, name, acc, k) -> DraftKResult:
-    """Token verification, one candidate: exact DP and a Monte-Carlo replay (or sparse bounds)."""
-    valid, pricing = acc.valid, ctx.cost
-    if not acc.exact:  # sparse: exact bounds only (the DP is monotone in every alpha_t)
-        lo = expected_tokens_per_step(acc.lower, k, lengths=ctx.lengths)
-        hi = expected_tokens_per_step(acc.upper, k, lengths=ctx.lengths)
-        ctx.tick(len(ctx.lengths))
-        m_lo, _, h_lo = over_sequences(lo)
-        m_hi, _, h_hi = over_sequences(hi)
-        seq_ci = (float(m_lo - h_lo), float(m_hi + h_hi)) if math.isfinite(h_lo) and math.isfinite(h_hi) else None
-        res = DraftKResult(
-            draft=name, k=k, alpha=None, mean_acceptance_length=None, ci95=None, mean_acceptance_length_exact=None,
-            draft_acceptance_rate=None, per_position_acceptance=None, accepted_length_histogram=None, speedup=None,
-            alpha_lower=float(acc.lower[valid].mean()), alpha_upper=float(acc.upper[valid].mean()),
-            mean_acceptance_length_lower=lo.mean_acceptance_length,
-            mean_acceptance_length_upper=hi.mean_acceptance_length, ci95_sequences=seq_ci)
-        if pricing is not None:
-            a_lo, a_hi = _all_accepted(lo, k), _all_accepted(hi, k)
-            res.speedup_lower = pricing.speedup(name, lo.mean_acceptance_length, k, a_lo)
-            res.speedup_upper = pricing.speedup(name, hi.mean_acceptance_length, k, a_hi)
-            i_lo = speedup_interval(res.speedup_lower, m_lo, h_lo, pricing.relative_se(name, k, a_lo))
-            i_hi = speedup_interval(res.speedup_upper, m_hi, h_hi, pricing.relative_se(name, k, a_hi))
-            if i_lo is not None and i_hi is not None:
-                res.speedup_ci95 = (i_lo[0], i_hi[1])
-        return res
-    alpha = acc.alpha
-    ex = expected_tokens_per_step(alpha, k, lengths=ctx.lengths)
-    if ctx.mode == "bernoulli":
-        mc = runners.bernoulli(alpha, ctx.lengths, ctx.row_ids, k, ctx.trials, ctx.batches, ctx.seed,
-                               progress=ctx.progress)
-    else:
-        mc = runners.token_replay(ctx.d, name, alpha, k, ctx.trials, ctx.batches, ctx.seed, ctx.sp, ctx.progress)
-    est, se, half = _interval(mc, alpha, valid, ex.mean_acceptance_length)
-    z, bound, agrees = _agreement(mc, est, se, ex.mean_acceptance_length)
-    a_mean = float(alpha[valid].mean())
-    closed = expected_tokens_closed_form(a_mean, k)
-    m, se_m, half_m = over_sequences(ex)
-    ok = math.isfinite(half_m)
-    p_all = _all_accepted(ex, k)
-    s = pricing.speedup(name, ex.mean_acceptance_length, k, p_all) if pricing else None
-    return DraftKResult(
-        draft=name, k=k, alpha=a_mean, mean_acceptance_length_exact=ex.mean_acceptance_length,
-        speedup=s, mc_vs_exact_z=z, mc_agrees_with_exact=agrees, mc_vs_exact_threshold=bound,
-        draft_acceptance_rate_exact=ex.draft_acceptance_rate,
-        per_position_acceptance_exact=ex.per_position_acceptance.tolist(),
-        mean_acceptance_length_closed_form=closed,
-        speedup_closed_form=pricing.speedup(name, closed, k, a_mean ** k) if pricing else None,
-        token_check=mc.get("token_check"), ci95_sequences=(float(m - half_m), float(m + half_m)) if ok else None,
-        standard_error_sequences=float(se_m) if ok else None, p_all_accepted=p_all,
-        speedup_ci95=speedup_interval(s, m, half_m, pricing.relative_se(name, k, p_all)) if pricing else None,
-        **_mc_fields(mc, est, se, half))
-
-
-def _all_accepted(stats, k) -> float:
-    """Expected share of verify steps that accepted every draft (the last draft position's acceptance; a step near
-    the end that drafted fewer than k counts as not)."""
-    return float(stats.per_position_acceptance[k - 1]) if stats.steps > 0 else 0.0
-
-
-def _variant_row(ctx, name, acc, k, verify, w, betas) -> DraftKResult:
-    """One (draft, k) row for block verification or w > 1 candidates per position."""
-    pricing = ctx.cost
-    if verify == "token":
-        # beta_t(w) replaces alpha_t: each position is drafted at most once and its w candidates are fresh, so
-        # acceptance at t is an independent Bernoulli(beta_t(w)) and the DP and the Bernoulli replay apply unchanged.
-        if w not in betas:
-            betas[w] = runners.candidate_beta(ctx.d, name, ctx.sp, w, ctx.candidate_sampling, acc.valid)
-        beta_ctx = _Context(ctx.d, ctx.lengths, ctx.row_ids, "bernoulli", ctx.trials, ctx.batches, ctx.seed, None,
-                            ctx.sp, ctx.progress, ctx.block_trials, ctx.candidate_sampling)
-        res = _one(beta_ctx, name, DraftAcceptance(name, acc.valid, alpha=betas[w]), k)
-        res.verify, res.candidates, res.candidate_sampling = "token", w, ctx.candidate_sampling
-        res.mc_method = f"bernoulli replay of beta_t({w}) (exact per-position acceptance of {w} candidates)"
-        if pricing is not None:  # a tree of k*w drafted nodes: k draft forwards (one per depth), k*w verified
-            res.speedup = pricing.tree_speedup(name, res.mean_acceptance_length_exact, k, w)
-            if res.ci95_sequences is not None:
-                m = res.mean_acceptance_length_exact
-                res.speedup_ci95 = speedup_interval(res.speedup, m, res.ci95_sequences[1] - m,
-                                                    pricing.relative_se(name, k))
-        res.mean_acceptance_length_closed_form = None
-        return res
-    bt = ctx.block_trials
-    nb = min(ctx.batches, bt)
-    mc = runners.token_replay(ctx.d, name, acc.alpha, k, bt, nb, ctx.seed, ctx.sp, ctx.progress, method="block")
-    est, se, half = _interval(mc, acc.alpha, acc.valid)
-    # no exact figure to compare with; the token-verification row of the same (draft, k) is the reference
-    return DraftKResult(
-        draft=name, k=k, alpha=float(acc.alpha[acc.valid].mean()), mean_acceptance_length_exact=None,
-        speedup=(pricing.speedup(name, float(est), k, float(mc["hist"][k] / max(int(mc["steps"].sum()), 1)))
-                 if pricing else None), verify="block", candidates=1,
-        exact_reason=BLOCK_EXACT_REASON,
-        mc_method=f"{bt} replays per sequence through verify_logits(method='block') (real drafted tokens)",
-        **_mc_fields(mc, est, se, half))
-
-
-def _ngram_rows(ctx, name, proposer, ks) -> list[DraftKResult]:
-    """The n-gram draft's rows: exact expectations of the step-dependent replay (no Monte-Carlo)."""
-    rows = []
-    for r in ngram_replay(ctx.d, proposer, ks, ctx.sp, ctx.cost):
-        rows.append(DraftKResult(
-            draft=name, k=r["k"], alpha=None, mean_acceptance_length=r["mean_acceptance_length_exact"], ci95=None,
-            mean_acceptance_length_exact=r["mean_acceptance_length_exact"],
-            draft_acceptance_rate=r["draft_acceptance_rate_exact"],
-            per_position_acceptance=r["per_position_acceptance_exact"], accepted_length_histogram=None,
-            speedup=r["speedup"], draft_acceptance_rate_exact=r["draft_acceptance_rate_exact"],
-            per_position_acceptance_exact=r["per_position_acceptance_exact"],
-            verify_steps=None, exact_reason=None,
-            mc_method="none: the n-gram replay is computed exactly (dynamic programming over step starts)",
-            ci95_sequences=tuple(r["ci95_sequences"]) if r["ci95_sequences"] else None,
-            standard_error_sequences=r["standard_error_sequences"],
-            speedup_ci95=tuple(r["speedup_ci95"]) if r["speedup_ci95"] else None,
-            p_all_accepted=r["p_all_accepted"], plain_steps=r["plain_steps"],
-            tokens_per_target_forward=r["tokens_per_target_forward"], off_record=r["off_record"]))
-    ctx.tick(ctx.d.N)
-    return rows
 
 
 class _CallableModule(types.ModuleType):
