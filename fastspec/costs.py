@@ -51,19 +51,28 @@ _TOP_KEYS = {"version", "machine", "threads", "context_length", "target", "draft
              "repeats", "note"}
 
 
-def _seconds(obj, where: str, *, first: int, positive: bool = True) -> dict[int, float]:
-    """{n: seconds} from a JSON object keyed by integers >= first: finite values > 0 (a measured time is never
-    zero, and a zero would divide), or >= 0 when not ``positive`` (standard errors)."""
+def int_keyed(obj, where: str, first: int, form: str) -> list:
+    """[(n, key, value)] of a non-empty JSON object whose keys are integers >= first (``form``: what such an
+    object looks like, for the message)."""
     if not isinstance(obj, Mapping) or not obj:
-        raise InvalidInput(f"cost table: {where} must be a non-empty object {{\"n\": seconds, ...}}")
-    out = {}
+        raise InvalidInput(f"{where} must be a non-empty object {form}")
+    out = []
     for key, val in obj.items():
         try:
             n = int(key)
         except (TypeError, ValueError):
-            raise InvalidInput(f"cost table: {where}: key {key!r} is not an integer") from None
+            raise InvalidInput(f"{where}: key {key!r} is not an integer") from None
         if n < first or str(n) != str(key).strip():
-            raise InvalidInput(f"cost table: {where}: key {key!r} must be an integer >= {first}")
+            raise InvalidInput(f"{where}: key {key!r} must be an integer >= {first}")
+        out.append((n, key, val))
+    return out
+
+
+def _seconds(obj, where: str, *, first: int, positive: bool = True) -> dict[int, float]:
+    """{n: seconds} from a JSON object keyed by integers >= first: finite values > 0 (a measured time is never
+    zero, and a zero would divide), or >= 0 when not ``positive`` (standard errors)."""
+    out = {}
+    for n, key, val in int_keyed(obj, f"cost table: {where}", first, '{"n": seconds, ...}'):
         if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0 or \
                 (positive and val == 0):
             raise InvalidInput(f"cost table: {where}[{key!r}] = {val!r} must be a finite number of seconds "

@@ -249,6 +249,13 @@ def sample_row(x, temperature, top_k, top_p, min_p, u, w, bsum, scratch):
     return sample(w, w, 1.0, 0.0, NO_EXCLUDED, bsum, u)
 
 
+@kernel
+def row_work(V, nb, top_k, top_p):
+    """(w [V], bsum [nb], scratch) work arrays of one row's weights: scratch holds V values only when top-k or
+    top-p needs a selection."""
+    return np.empty(V), np.empty(nb), np.empty(V if needs_selection(V, top_k, top_p) else 1)
+
+
 @parallel_kernel
 def sample_rows(x, params, u, out):
     """out[r] = a token from the processed distribution of row r of x [R, V], with uniform u[r]."""
@@ -256,9 +263,7 @@ def sample_rows(x, params, u, out):
     R, V = x.shape
     nb = block_count(V)
     for r in prange(R):
-        w = np.empty(V)
-        bsum = np.empty(nb)
-        scratch = np.empty(V if needs_selection(V, top_k[r], top_p[r]) else 1)
+        w, bsum, scratch = row_work(V, nb, top_k[r], top_p[r])
         out[r] = sample_row(x[r], temperature[r], top_k[r], top_p[r], min_p[r], u[r], w, bsum, scratch)
 
 
@@ -270,9 +275,7 @@ def probabilities_at(x, params, ids, out):
     R, V = x.shape
     nb = block_count(V)
     for r in prange(R):
-        w = np.empty(V)
-        bsum = np.empty(nb)
-        scratch = np.empty(V if needs_selection(V, top_k[r], top_p[r]) else 1)
+        w, bsum, scratch = row_work(V, nb, top_k[r], top_p[r])
         m = row_max(x[r])
         if temperature[r] == 0.0:
             amax = argmax_of(x[r], m)

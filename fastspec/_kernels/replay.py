@@ -20,6 +20,17 @@ R_TOKENS, R_STEPS, R_DRAFTED, R_ACCEPTED = range(4)
 N_REPLAY = 4
 
 
+@kernel
+def dp_start(L, per_pos_row, k):
+    """The initial state of a DP over step starts of a sequence of L positions: every step-start probability 0
+    but position 0's (1), and the k per-slot acceptance counts of the row zeroed."""
+    start = np.zeros(L + 1)
+    start[0] = 1.0
+    for j in range(k):
+        per_pos_row[j] = 0.0
+    return start
+
+
 @parallel_kernel
 def expected_counts(alpha, lengths, k, totals, per_pos):
     """Exact expected verify steps, drafted and accepted tokens per sequence (totals [N, N_DP]) and per draft
@@ -29,13 +40,10 @@ def expected_counts(alpha, lengths, k, totals, per_pos):
     N = alpha.shape[0]
     for n in prange(N):
         L = lengths[n]
-        start = np.zeros(L + 1)
-        start[0] = 1.0
+        start = dp_start(L, per_pos[n], k)
         st = 0.0
         dr = 0.0
         ac = 0.0
-        for j in range(k):
-            per_pos[n, j] = 0.0
         for t in range(L):
             P = start[t]
             if P == 0.0:
@@ -144,12 +152,9 @@ def expected_counts_stepwise(beta, num_draft, matches, lengths, k, step_cost, to
     (steps whose draft j was accepted) are written."""
     for n in prange(beta.shape[0]):
         L = lengths[n]
-        start = np.zeros(L + 1)
-        start[0] = 1.0
+        start = dp_start(L, per_pos[n], k)
         for c in range(N_STEPWISE):
             totals[n, c] = 0.0
-        for j in range(k):
-            per_pos[n, j] = 0.0
         for t in range(L):
             P = start[t]
             if P == 0.0:

@@ -48,6 +48,13 @@ __all__ = ["generate", "timed_generate", "hf_generate", "GenerateResult", "specu
 _TINY = float(np.nextafter(0.0, 1.0))
 
 
+def _loop_inputs(input_ids, max_new_tokens, eos_token_id, seed):
+    """(prompt ids, token budget, EOS ids, generator): the arguments every loop checks before it loads anything
+    (the generator gives one uniform per draw, in order)."""
+    return (as_token_ids(input_ids), check_max_new_tokens(max_new_tokens), eos_set(eos_token_id),
+            np.random.default_rng(seed))
+
+
 def _start_numba_pool() -> None:
     """Start Numba's thread pool now and keep torch's thread count.  Starting it (lazily, at the first parallel
     kernel) after torch has used OpenMP resets OpenMP's thread count to Numba's: torch would then run every
@@ -147,10 +154,7 @@ def timed_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min
     prefilled into the KV cache (timed apart), then each token costs one decoding forward and one draw.
     ``prefill=False``: no separate prefill (``prefill_s`` = 0; the first forward covers the whole prompt)."""
     params = SamplingParams(temperature, top_k, top_p, min_p)
-    seq = as_token_ids(input_ids)
-    n_new = check_max_new_tokens(max_new_tokens)
-    eos = eos_set(eos_token_id)
-    rng = np.random.default_rng(seed)
+    seq, n_new, eos, rng = _loop_inputs(input_ids, max_new_tokens, eos_token_id, seed)
     t_start = time.perf_counter()
     run = KVRunner(model, use_cache)
     if prefill:
@@ -342,12 +346,9 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
     params = SamplingParams(temperature, top_k, top_p, min_p)
     sp = params.as_dict()
     k = check_k(k)
-    n_new = check_max_new_tokens(max_new_tokens)
-    seq = as_token_ids(input_ids)
+    seq, n_new, eos, rng = _loop_inputs(input_ids, max_new_tokens, eos_token_id, seed)
     ngram = as_ngram(draft)
     n_prompt = len(seq)
-    eos = eos_set(eos_token_id)
-    rng = np.random.default_rng(seed)
     t_start = time.perf_counter()
     trun = KVRunner(target, use_cache)
     trun.prefill(seq[:-1])

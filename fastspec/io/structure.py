@@ -231,13 +231,18 @@ def _tokens(file, src, N, T, rank3, lengths, V, verify):
     if src is None:
         return None
     tok = _integers(file, src, (N, T) if rank3 else (T,), verify).reshape(N, T)
-    valid = np.arange(T)[None, :] < lengths[:, None]
-    bad = np.argwhere(valid & ((tok < 0) | (tok >= (V if V is not None else ID_LIMIT))))
+    _check_ids(file, "tokens", tok, lengths, V, rank3)
+    return tok.astype(np.int64)
+
+
+def _check_ids(file, name, ids, lengths, V, rank3=True):
+    """Token ids [N, P] must lie in [0, V) (in [0, 2**63) when V is unknown) at positions before each length."""
+    valid = np.arange(ids.shape[1])[None, :] < lengths[:, None]
+    bad = np.argwhere(valid & ((ids < 0) | (ids >= (V if V is not None else ID_LIMIT))))
     if bad.size:
         n, t = bad[0]
-        raise format_error(file, f"array 'tokens': index {index_text(n, t, rank3)} is {tok[n, t]}; token ids must be "
+        raise format_error(file, f"array {name!r}: index {index_text(n, t, rank3)} is {ids[n, t]}; token ids must be "
                                  f"in [0, {V if V is not None else '2**63'})")
-    return tok.astype(np.int64)
 
 
 def _prompts(file, tok_src, len_src, N, V, verify):
@@ -259,12 +264,7 @@ def _prompts(file, tok_src, len_src, N, V, verify):
                                  f"[1, {P}] (the width of 'prompt_tokens')")
     plen = plen.astype(np.int64)
     ptok = _integers(file, tok_src, (N, P), verify)
-    valid = np.arange(P)[None, :] < plen[:, None]
-    hit = np.argwhere(valid & ((ptok < 0) | (ptok >= (V if V is not None else ID_LIMIT))))
-    if hit.size:
-        n, t = hit[0]
-        raise format_error(file, f"array 'prompt_tokens': index [{n}, {t}] is {ptok[n, t]}; token ids must be in "
-                                 f"[0, {V if V is not None else '2**63'})")
+    _check_ids(file, "prompt_tokens", ptok, plen, V)
     return ptok.astype(np.int64), plen
 
 

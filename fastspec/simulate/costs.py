@@ -16,6 +16,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..costs import int_keyed
 from ..errors import InvalidInput, InvalidType
 from ..params import format_value
 
@@ -88,16 +89,8 @@ def _parse_linear(text: str, spec) -> tuple[float, float]:
 
 
 def _parse_table(obj, name: str) -> dict[int, float]:
-    if not isinstance(obj, Mapping) or not obj:
-        raise InvalidInput(f"{name}: a table must be a non-empty JSON object {{\"k\": cost, ...}}")
     out = {}
-    for key, val in obj.items():
-        try:
-            k = int(key)
-        except (TypeError, ValueError):
-            raise InvalidInput(f"{name}: key {key!r} is not an integer k") from None
-        if k < 1:
-            raise InvalidInput(f"{name}: key {key!r}: k must be >= 1")
+    for k, key, val in int_keyed(obj, name, 1, '{"k": cost, ...}'):
         if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, float, np.integer, np.floating)):
             raise InvalidInput(f"{name}[{key!r}] = {format_value(val)} is not a number")
         out[k] = _positive(float(val), f"{name}[{key!r}]")
