@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _common import time_interleaved  # noqa: E402
 
-from fastspec.simulate import _bernoulli  # noqa: E402
+from fastspec.simulate.runners import bernoulli as _bernoulli  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ import pytest
 from fastspec import row_seeds, verify_logits
 from fastspec._kernels.rows import ROW_NAN, ROW_NO_FINITE, ROW_OK, ROW_POSINF, argmax_of, row_max, status
 from fastspec._numba.fastexp import fexp
-from fastspec._numba.lanes import lane_sum
+from fastspec._numba.lanes import exp_lane_sum, lane_sum
 from fastspec.acceptance import acceptance_rates
 
 @numba.njit
@@ -151,6 +151,26 @@ def test_lane_sum_is_its_documented_order(n):
         t += w[j]
     assert lane_sum(w, 0, n) == t  # bit for bit: the order is fixed, not left to the compiler
     assert abs(lane_sum(w, 0, n) - np.sum(w)) <= 1e-12 * max(1.0, np.abs(w).sum())
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1024, 5001])
+def test_exp_lane_sum_has_the_bits_of_scalar_fexp_and_lane_sum(dtype, n):
+    """The fused lane-wise exponential stores exactly scalar fexp's weights (cutoff applied) and returns
+    lane_sum of them, bit for bit; masked (-inf) logits, ties with the max and a strided row included."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 6).astype(dtype)
+    x[rng.random(n) < 0.05] = -np.inf
+    x[0] = 4.0
+    m, inv_t = float(np.max(x)), 1.0 / 0.7
+    for thr in (-np.inf, float(np.quantile(x[np.isfinite(x)], 0.3))):
+        expect = np.array([fexp((float(v) - m) * inv_t) if float(v) >= thr else 0.0 for v in x])
+        for view in (x, np.repeat(x, 2)[::2]):  # contiguous and strided
+            k = view.view(np.uint16) if dtype == np.float16 else view
+            w = np.full(n, np.nan)
+            t = exp_lane_sum(k, m, inv_t, thr, w)
+            assert (w.view(np.int64) == expect.view(np.int64)).all()
+            assert t == lane_sum(expect, 0, n)
 
 
 def test_alpha_float16_read_as_it_is():

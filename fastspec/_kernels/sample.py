@@ -25,7 +25,7 @@ import numpy as np
 from .._numba.intrinsics import fma, fmaximum, narrow, to_f64
 from .._numba.fastexp import fexp
 from .._numba.jit import kernel
-from .._numba.lanes import lane_sum
+from .._numba.lanes import exp_lane_sum, lane_sum
 from ..config import BLOCK
 
 NO_EXCLUDED = -1
@@ -143,8 +143,7 @@ def row_weights(x, m, inv_t, thr, w, bsum, nxt):
         lo = j * BLOCK
         hi = min(n, lo + BLOCK)
         ws = w[lo:hi]
-        block_weights(x, m, inv_t, thr, lo, hi, ws)
-        s = lane_sum(ws, 0, hi - lo)
+        s = exp_lane_sum(x[lo:hi], m, inv_t, thr, ws)
         bsum[j] = s
         total += s
         if has_next:

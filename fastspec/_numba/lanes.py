@@ -8,7 +8,11 @@ accumulator (two AVX-512 or four AVX2 registers; lane-wise adds, no reassociatio
 fixed pairwise tree, then the tail (``(hi - lo) % 16`` elements) is added left to right.  The result is a pure
 function of the input values: the same on every CPU, vector width, thread count and call site, and the same
 whether the kernel was compiled in this process or loaded from the cache.  :func:`lane_min_sum` is the same
-order over ``min(a p[v], b q[v])`` (the acceptance rate of two stored weight rows).
+order over ``min(a p[v], b q[v])`` (the acceptance rate of two stored weight rows).  :func:`exp_lane_sum`
+computes processed weights ``exp((x_v - m) * inv_t)`` (0 below the cutoff), stores them and sums them in the
+same order in one pass: the exponential is :func:`fastspec._numba.fastexp.fexp` spelled lane-wise in IR (the same
+operations in the same order, so every weight has the bits of the scalar ``fexp``), and the accumulator's adds
+hide behind it instead of running as a second, latency-bound pass over the stored weights.
 """
 from __future__ import annotations
 
@@ -16,34 +20,46 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from . import fastexp as _fx
+from .intrinsics import to_f64 as _to_f64
 from .jit import kernel
 
 LANES = 16
+UNROLL = 2  # exp_lane_sum: two lane-vectors of exponentials per iteration
 
 
-def _lane_loop(builder, lo, stop, load_term):
+def _lane_loop(builder, lo, stop, load_term, unroll=1):
     """IR: acc = sum over i in [lo, stop) step LANES of load_term(i) (a <LANES x double>); returns the lanes
-    combined by the fixed pairwise tree."""
+    combined by the fixed pairwise tree.  ``unroll`` > 1: the main loop computes that many terms per iteration
+    (independent work in flight, the same adds in the same order), then single steps finish."""
     i64 = ir.IntType(64)
     vt = ir.VectorType(ir.DoubleType(), LANES)
-    entry = builder.block
-    loop = builder.append_basic_block("lanes.loop")
-    body = builder.append_basic_block("lanes.body")
-    done = builder.append_basic_block("lanes.done")
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    i = builder.phi(i64)
-    acc = builder.phi(vt)
-    i.add_incoming(lo, entry)
-    acc.add_incoming(ir.Constant(vt, [0.0] * LANES), entry)
-    builder.cbranch(builder.icmp_signed("<", i, stop), body, done)
-    builder.position_at_end(body)
-    acc_next = builder.fadd(acc, load_term(i))
-    i_next = builder.add(i, ir.Constant(i64, LANES))
-    i.add_incoming(i_next, body)
-    acc.add_incoming(acc_next, body)
-    builder.branch(loop)
-    builder.position_at_end(done)
+    acc0 = ir.Constant(vt, [0.0] * LANES)
+    i0 = lo
+    for step in ([unroll, 1] if unroll > 1 else [1]):
+        entry = builder.block
+        loop = builder.append_basic_block("lanes.loop")
+        body = builder.append_basic_block("lanes.body")
+        done = builder.append_basic_block("lanes.done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        i = builder.phi(i64)
+        acc = builder.phi(vt)
+        i.add_incoming(i0, entry)
+        acc.add_incoming(acc0, entry)
+        last = builder.add(i, ir.Constant(i64, LANES * step))
+        builder.cbranch(builder.icmp_signed("<=", last, stop), body, done)
+        builder.position_at_end(body)
+        terms = [load_term(builder.add(i, ir.Constant(i64, LANES * k))) for k in range(step)]
+        acc_next = acc
+        for term in terms:
+            acc_next = builder.fadd(acc_next, term)
+        i.add_incoming(last, builder.block)
+        acc.add_incoming(acc_next, builder.block)
+        builder.branch(loop)
+        builder.position_at_end(done)
+        i0, acc0 = i, acc
+    acc = acc0
     lanes = [builder.extract_element(acc, ir.Constant(ir.IntType(32), lane)) for lane in range(LANES)]
     while len(lanes) > 1:
         lanes = [builder.fadd(lanes[k], lanes[k + 1]) for k in range(0, len(lanes), 2)]
@@ -100,6 +116,99 @@ def _min_sum_lanes(typingctx, p, q, a, b, stop):
         return _lane_loop(builder, ir.Constant(ir.IntType(64), 0), args[4], term)
 
     return sig, codegen
+
+
+def _splat(builder, value, vt):
+    undef = ir.Constant(vt, ir.Undefined)
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+    return builder.shuffle_vector(builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
+
+
+def _fexp_lanes(builder, y):
+    """:func:`fastspec._numba.fastexp.fexp` on a <LANES x double>, operation for operation (Numba lowers ``max``
+    and ``min`` of two floats to a compare and a select, ``a if c else b`` to a select)."""
+    vt = y.type
+    it = ir.VectorType(ir.IntType(64), LANES)
+
+    def c(v):
+        return ir.Constant(vt, [float(v)] * LANES)
+
+    name = f"llvm.fma.v{LANES}f64"  # llvmlite's declare_intrinsic names scalar types only
+    fma = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), name)
+    lo = c(_fx.EXP_MIN_ARG)
+    yc = builder.select(builder.fcmp_ordered(">", lo, y), lo, y)  # max(y, EXP_MIN_ARG)
+    yc = builder.select(builder.fcmp_ordered("<", c(0.0), yc), c(0.0), yc)  # min(., 0.0)
+    t = builder.call(fma, [yc, c(_fx.LOG2E), c(_fx._SHIFT)])
+    nf = builder.fsub(t, c(_fx._SHIFT))
+    neg = builder.fneg(nf)
+    r = builder.call(fma, [neg, c(_fx.LN2_HI), yc])
+    r = builder.call(fma, [neg, c(_fx.LN2_LO), r])
+    p = builder.call(fma, [r, c(1.0 / 479001600), c(1.0 / 39916800)])
+    for k in (1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5,
+              1.0, 1.0):
+        p = builder.call(fma, [r, p, c(k)])
+    bits = builder.bitcast(t, it)
+    bits = builder.add(builder.sub(bits, ir.Constant(it, [_fx._SHIFT_BITS] * LANES)), ir.Constant(it, [1023] * LANES))
+    scale = builder.bitcast(builder.shl(bits, ir.Constant(it, [52] * LANES)), vt)
+    return builder.select(builder.fcmp_ordered(">=", y, lo), builder.fmul(p, scale), c(0.0))
+
+
+_LOGIT_TYPES = (types.uint16, types.float32, types.float64)
+
+
+@intrinsic
+def _exp_lanes(typingctx, x, m, inv_t, thr, w, stop):
+    """w[0:stop] = processed weights of the logits x[0:stop] (unit stride; float16 as uint16 bits), and their
+    lanes combined by the pairwise tree (stop a multiple of LANES)."""
+    if not (isinstance(x, types.Array) and x.ndim == 1 and x.dtype in _LOGIT_TYPES and _is_f64_vector(w)):
+        return None
+    sig = types.float64(x, types.float64, types.float64, types.float64, w, types.intp)
+
+    def codegen(context, builder, signature, args):
+        xd = context.make_array(signature.args[0])(context, builder, args[0]).data
+        wd = context.make_array(signature.args[4])(context, builder, args[4]).data
+        vt = ir.VectorType(ir.DoubleType(), LANES)
+        vm, vinv, vthr = (_splat(builder, a, vt) for a in args[1:4])
+        dt = signature.args[0].dtype
+        src = ir.VectorType(ir.IntType(16) if dt == types.uint16 else context.get_value_type(dt), LANES)
+
+        def term(i):
+            xv = builder.load(builder.bitcast(builder.gep(xd, [i]), src.as_pointer()), align=1)
+            if dt == types.uint16:
+                xv = builder.fpext(builder.bitcast(xv, ir.VectorType(ir.HalfType(), LANES)), vt)
+            elif dt == types.float32:
+                xv = builder.fpext(xv, vt)
+            e = _fexp_lanes(builder, builder.fmul(builder.fsub(xv, vm), vinv))
+            e = builder.select(builder.fcmp_ordered(">=", xv, vthr), e, ir.Constant(vt, [0.0] * LANES))
+            builder.store(e, builder.bitcast(builder.gep(wd, [i]), vt.as_pointer()), align=8)
+            return e
+
+        return _lane_loop(builder, ir.Constant(ir.IntType(64), 0), args[5], term, UNROLL)
+
+    return sig, codegen
+
+
+@kernel
+def exp_lane_sum(x, m, inv_t, thr, w):
+    """Store ``w[v] = exp((x_v - m) * inv_t)`` if ``x_v >= thr`` else 0 (fexp's bits) for every v of the logits
+    x (float16 bits, float32 or float64; w float64 of the same length) and return the sum of w in
+    :func:`lane_sum`'s order."""
+    n = x.shape[0]
+    stop = n - n % LANES
+    if x.strides[0] == x.itemsize:
+        t = _exp_lanes(x, m, inv_t, thr, w, stop)
+    else:  # a strided row (never from fastspec's wrappers, which give every row a contiguous last axis)
+        for v in range(stop):
+            xv = _to_f64(x[v])
+            e = _fx.fexp((xv - m) * inv_t)
+            w[v] = e if xv >= thr else 0.0
+        t = _sum_lanes(w, stop)
+    for v in range(stop, n):
+        xv = _to_f64(x[v])
+        e = _fx.fexp((xv - m) * inv_t)
+        w[v] = e if xv >= thr else 0.0
+        t += w[v]
+    return t
 
 
 @kernel
