@@ -184,3 +184,14 @@ def test_help_names_the_defaults_and_the_fraction_syntax():
     assert r.exit_code == 0
     text = " ".join(r.stdout.replace("\u2502", " ").split())  # rich draws a box: drop its edges
     assert "default 0.09" in text and "default 0.3" in text and "1/3 also works" in text
+
+
+@pytest.mark.parametrize("command", ["simulate", "inspect", "dump", "measure", "cost", "exact", "audit"])
+def test_help_shows_square_brackets_and_no_bool_metavar(command):
+    """Help text is not read as rich markup: extras keep their brackets, boolean flags show no ``<bool>``."""
+    r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "<bool>" not in r.output and "BOOLEAN" not in r.output
+    if command == "simulate":
+        text = " ".join(r.output.split())  # help lines wrap
+        assert "pip install 'fastspec[plot]'" in text and "pip install 'fastspec[dask]'" in text
