@@ -237,3 +237,34 @@ def test_float16_table_bitwise_independent_of_neighbours():
     assert (a[::-1] == c).all()
     one = np.array([acceptance_rates(P[i:i + 1], Q[i:i + 1])[0] for i in range(R)])
     assert (a == one).all()
+
+
+def test_float16_logits_are_never_widened_into_a_copy():
+    """Every logits entry point reads float16 as it is: the memory a call allocates (NumPy and Numba arrays,
+    traced after a warm-up call) stays below the size of the float16 input, where a float32 copy would take
+    twice that (issue 14)."""
+    import tracemalloc
+
+    from fastspec import sample_tokens
+
+    rng = np.random.default_rng(11)
+    B, K, V = 16, 4, 20000
+    t = (rng.standard_normal((B, K + 1, V)) * 3).astype(np.float16)
+    d = (rng.standard_normal((B, K, V)) * 3).astype(np.float16)
+    toks = rng.integers(0, V, (B, K))
+    calls = {
+        "verify_logits": (lambda: verify_logits(t, d, toks, seed=1), t.nbytes),
+        "verify_logits one-hot": (lambda: verify_logits(t, None, toks, seed=1), t.nbytes),
+        "verify_logits block": (lambda: verify_logits(t, d, toks, seed=1, method="block"), t.nbytes),
+        "sample_tokens": (lambda: sample_tokens(t.reshape(-1, V), np.full(B * (K + 1), 0.5)), t.nbytes),
+        "acceptance_rates": (lambda: acceptance_rates(d, d), d.nbytes),
+    }
+    for name, (call, size) in calls.items():
+        call()
+        tracemalloc.start()
+        try:
+            call()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < size, f"{name}: allocated {peak} bytes for a float16 input of {size} bytes"
