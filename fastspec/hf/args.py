@@ -4,11 +4,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..config import MAX_K  # longest draft the loop accepts (one cap everywhere)
 from ..errors import InvalidInput, InvalidType
 
 __all__ = ["MAX_K", "positive_int", "check_k", "check_max_new_tokens", "as_token_ids", "eos_set"]
-
-MAX_K = 256  # longest draft the loop accepts
 
 
 def positive_int(name: str, value, upper: int | None = None) -> int:
