@@ -74,8 +74,11 @@ def measure_command(
         fail("--dump uses an existing dump; --save-dump and --top-k-save only apply to the dump measure makes")
     if max_prompts is not None and max_prompts < 1:
         fail(f"--max-prompts {max_prompts} is invalid: use a positive count")
-    if trials is not None and trials < 2:
-        fail(f"--trials {trials} is invalid: use at least 2")
+    if trials is not None:
+        from fastspec.simulate.config import check_trials
+
+        with option_errors("--trials"):  # simulate's bounds, before any model is loaded
+            check_trials(trials, "bernoulli")
     hf = import_hf()
     check_options(hf, max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save)
     with option_errors("--repeats"):

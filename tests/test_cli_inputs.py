@@ -88,6 +88,13 @@ def test_simulate_flag_errors_before_any_work(dump, args, flag):
     one_line_error(run("simulate", dump, *args), flag)
 
 
+@pytest.mark.parametrize("trials", ["1", "10000001"])
+def test_measure_trials_bounded_before_any_model_is_loaded(trials):
+    """measure's --trials has simulate's bounds and is refused before the models are read (here: none exist)."""
+    one_line_error(run("measure", "--target", "no-such-model", "--draft", "exit1", "--prompts", "no-such-file",
+                       "--trials", trials), f"--trials {trials} is invalid")
+
+
 @pytest.mark.parametrize("command, args", [("simulate", ["--trials", "2.5"]), ("simulate", ["--block-trials", "2.5"]),
                                            ("simulate", ["--k", "2.5"]), ("simulate", ["--top-k", "2.5"]),
                                            ("simulate", ["--seed", "2.5"]), ("inspect", ["--k", "2.5"]),
