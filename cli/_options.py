@@ -43,6 +43,12 @@ def seed_option(help: str = "Seed; the same seed gives identical output whatever
     return typer.Option(0, "--seed", metavar="SEED", help=help)
 
 
+def target_option():
+    """``--target MODEL`` of the real-model commands (dump, measure, cost)."""
+    return typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model directory or "
+                        "a .gguf file.")
+
+
 def json_option(help: str = "Print one JSON object on stdout."):
     return typer.Option(False, "--json", help=help)
 

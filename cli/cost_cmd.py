@@ -12,14 +12,13 @@ from rich.table import Table
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
 from ._hf import import_hf, load_models
 from ._options import (json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
-                       temperature_option, top_k_option, top_p_option)
+                       target_option, temperature_option, top_k_option, top_p_option)
 from .main import app
 
 
 @app.command("cost")
 def cost_command(
-    target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
-                                "directory or a .gguf file."),
+    target: str = target_option(),
     draft: List[str] = typer.Option([], "--draft", metavar="NAME=MODEL", help="Draft (repeatable). MODEL: model "
                                     "directory, .gguf file, exitL (the target's first L layers) or ngram, ngramMIN-MAX "
                                     "(prompt lookup)."),

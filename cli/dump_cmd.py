@@ -7,15 +7,14 @@ import typer
 
 from ._common import fail, print_json, progress_bar, stderr_console
 from ._hf import check_options, eos_ids, ignore_eos_option, import_hf, load_models, sigterm_as_interrupt
-from ._options import (json_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
+from ._options import (json_option, min_p_option, option_errors, parse_k, sampling_params, seed_option, target_option,
                        temperature_option, top_k_option, top_p_option)
 from .main import app
 
 
 @app.command("dump")
 def dump_command(
-    target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
-                                "directory or a .gguf file."),
+    target: str = target_option(),
     draft: List[str] = typer.Option([], "--draft", metavar="NAME=MODEL", help="Draft (repeatable; none: a "
                                     "target-only dump, e.g. for n-gram analysis). MODEL: model directory, .gguf "
                                     "file, exitL = the target's first L layers + its final norm and LM head, or "

@@ -13,7 +13,7 @@ from rich.table import Table
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
 from ._hf import check_options, eos_ids, ignore_eos_option, import_hf, load_models
 from ._options import (json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
-                       temperature_option, top_k_option, top_p_option)
+                       target_option, temperature_option, top_k_option, top_p_option)
 from .main import app
 
 DRAFT_HELP = ("NAME=MODEL (repeatable); MODEL: directory, .gguf file, exitL (the target's first L layers), or an "
@@ -30,8 +30,7 @@ def _fmt_ci(d: Optional[dict], digits: int = 2) -> str:
 
 @app.command("measure")
 def measure_command(
-    target: str = typer.Option(..., "--target", metavar="MODEL", help="Target model: a local Hugging Face model "
-                                "directory or a .gguf file."),
+    target: str = target_option(),
     draft: List[str] = typer.Option(..., "--draft", metavar="NAME=MODEL", help=DRAFT_HELP),
     prompts: str = typer.Option(..., "--prompts", help="Prompts file (text, one per line, or .jsonl chat messages)."),
     k: str = k_option("1,2,4"),

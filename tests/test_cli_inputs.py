@@ -91,8 +91,9 @@ def test_simulate_flag_errors_before_any_work(dump, args, flag):
 @pytest.mark.parametrize("trials", ["1", "10000001"])
 def test_measure_trials_bounded_before_any_model_is_loaded(trials):
     """measure's --trials has simulate's bounds and is refused before the models are read (here: none exist)."""
-    one_line_error(run("measure", "--target", "no-such-model", "--draft", "exit1", "--prompts", "no-such-file",
-                       "--trials", trials), f"--trials {trials} is invalid")
+    line = one_line_error(run("measure", "--target", "no-such-model", "--draft", "exit1", "--prompts", "no-such-file",
+                              "--trials", trials), f"--trials {trials} is invalid")
+    assert "no-such" not in line  # the bound came first: nothing was looked for on disk
 
 
 @pytest.mark.parametrize("command, args", [("simulate", ["--trials", "2.5"]), ("simulate", ["--block-trials", "2.5"]),
@@ -105,7 +106,8 @@ def test_no_integer_option_is_truncated(dump, command, args):
 
 
 def test_inspect_k_is_bounded_before_work(dump):
-    one_line_error(run("inspect", dump, "--k", "1000000000"), "--k 1000000000 is too large")
+    line = one_line_error(run("inspect", dump, "--k", "1000000000"), "--k 1000000000 is too large")
+    assert "256" in line  # the documented cap is named
 
 
 def test_a_repeated_draft_is_reported_once(dump):

@@ -21,31 +21,18 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from hf_models import V, save_model as _save_model, tiny, torch
+
+import fastspec
+from fastspec import hf
+from fastspec.io import load_dump
+
 stats = pytest.importorskip("scipy.stats")
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch.set_num_threads(1)
-
-import fastspec  # noqa: E402
-from fastspec import hf  # noqa: E402
-from fastspec.io import load_dump  # noqa: E402
 
 pytestmark = pytest.mark.hf
 
-V = 8
 PROMPT = [1, 3, 5]
 
-
-def tiny(seed: int, vocab: int = V, layers: int = 2, eos: int | None = None):
-    """A tiny randomly initialized Llama; initializer_range 0.3 gives peaked, context-dependent distributions."""
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
-                                   num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
-                                   initializer_range=0.3, tie_word_embeddings=False, bos_token_id=0,
-                                   eos_token_id=eos, pad_token_id=None)
-    return transformers.LlamaForCausalLM(cfg).eval()
 
 
 @pytest.fixture(scope="module")
@@ -207,22 +194,6 @@ def test_eos_stops_and_plain_step(pair):
 
 
 # ------------------------------------------------------------------------------- dumps and CLI
-
-WORDS = ["<s>", "</s>", "a", "b", "c", "d", "e", "f"]
-
-
-def _save_model(path, seed, words=WORDS, layers=2):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {w: i for i, w in enumerate(words)}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="a"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="a")
-    m = tiny(seed, vocab=len(words), layers=layers, eos=1)
-    m.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
 
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):

@@ -14,54 +14,26 @@ import re
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from hf_models import V, save_model as _save_model, tiny, torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch.set_num_threads(1)
-
-from fastspec import hf  # noqa: E402
-from fastspec.costs import CostTable  # noqa: E402
-from fastspec.errors import InvalidInput  # noqa: E402
-from fastspec.hf.costs import median_se  # noqa: E402
-from fastspec.io import load_dump, save_dump  # noqa: E402
-from fastspec.ngram import NgramProposer  # noqa: E402
-from fastspec.shards import is_sharded, list_shards, load_any  # noqa: E402
+from fastspec import hf
+from fastspec.costs import CostTable
+from fastspec.errors import InvalidInput
+from fastspec.hf.costs import median_se
+from fastspec.io import load_dump, save_dump
+from fastspec.ngram import NgramProposer
+from fastspec.shards import is_sharded, list_shards, load_any
 
 pytestmark = pytest.mark.hf
 
-V = 8
 PROMPTS = [[1, 3, 5], [2, 4], [6, 2, 3, 7]]
 FAST = ["--cost-repeats", "3", "--cost-k", "1,2"]  # keep the cost measurement short in CLI tests
-
-
-def tiny(seed: int, vocab: int = V, layers: int = 2, eos: int | None = None):
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
-                                   num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
-                                   initializer_range=0.3, tie_word_embeddings=False, bos_token_id=0,
-                                   eos_token_id=eos, pad_token_id=None)
-    return transformers.LlamaForCausalLM(cfg).eval()
 
 
 @pytest.fixture(scope="module")
 def models():
     target = tiny(0, layers=3)
     return target, tiny(1, layers=1), hf.early_exit(target, 2)
-
-
-WORDS = ["<s>", "</s>", "a", "b", "c", "d", "e", "f"]
-
-
-def _save_model(path, seed, layers=2):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="a"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="a")
-    tiny(seed, layers=layers, eos=1).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")

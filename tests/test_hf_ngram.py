@@ -17,40 +17,26 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from hf_models import V, save_model as _save_model, tiny, torch
+
+import fastspec
+from fastspec import hf
+from fastspec.errors import InvalidInput
+from fastspec.hf import prediction as P
+from fastspec.ngram import NgramProposer, propose
+
 stats = pytest.importorskip("scipy.stats")
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch.set_num_threads(1)
-
-import fastspec  # noqa: E402
-from fastspec import hf  # noqa: E402
-from fastspec.errors import InvalidInput  # noqa: E402
-from fastspec.hf import prediction as P  # noqa: E402
-from fastspec.ngram import NgramProposer, propose  # noqa: E402
 
 pytestmark = pytest.mark.hf
 
-V = 8
 # ends with the bigram (6, 3) seen at the start: the first step proposes [4, 5], each with target probability
 # about 0.4 at temperature 0.9 / top-k 6 (checked in the tests that rely on it)
 PROMPT = [6, 3, 4, 5, 6, 3]
 PARAMS = dict(temperature=0.9, top_k=6)
-
-
-def tiny(seed: int, vocab: int = V, layers: int = 2, eos: int | None = None):
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
-                                   num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
-                                   initializer_range=0.3, tie_word_embeddings=False, bos_token_id=0,
-                                   eos_token_id=eos, pad_token_id=None)
-    return transformers.LlamaForCausalLM(cfg).eval()
 
 
 @pytest.fixture(scope="module")
@@ -304,22 +290,6 @@ def test_hf_generate_reference(target):
 
 
 # ------------------------------------------------------------------------------- the command line
-
-WORDS = ["<s>", "</s>", "a", "b", "c", "d", "e", "f"]
-
-
-def _save_model(path, seed, layers=2):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {w: i for i, w in enumerate(WORDS)}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="a"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="a")
-    m = tiny(seed, vocab=len(WORDS), layers=layers, eos=1)
-    m.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
