@@ -25,41 +25,31 @@ from .intrinsics import to_f64 as _to_f64
 from .jit import kernel
 
 LANES = 16
-UNROLL = 2  # exp_lane_sum: two lane-vectors of exponentials per iteration
 
 
-def _lane_loop(builder, lo, stop, load_term, unroll=1):
+def _lane_loop(builder, lo, stop, load_term):
     """IR: acc = sum over i in [lo, stop) step LANES of load_term(i) (a <LANES x double>); returns the lanes
-    combined by the fixed pairwise tree.  ``unroll`` > 1: the main loop computes that many terms per iteration
-    (independent work in flight, the same adds in the same order), then single steps finish."""
+    combined by the fixed pairwise tree."""
     i64 = ir.IntType(64)
     vt = ir.VectorType(ir.DoubleType(), LANES)
-    acc0 = ir.Constant(vt, [0.0] * LANES)
-    i0 = lo
-    for step in ([unroll, 1] if unroll > 1 else [1]):
-        entry = builder.block
-        loop = builder.append_basic_block("lanes.loop")
-        body = builder.append_basic_block("lanes.body")
-        done = builder.append_basic_block("lanes.done")
-        builder.branch(loop)
-        builder.position_at_end(loop)
-        i = builder.phi(i64)
-        acc = builder.phi(vt)
-        i.add_incoming(i0, entry)
-        acc.add_incoming(acc0, entry)
-        last = builder.add(i, ir.Constant(i64, LANES * step))
-        builder.cbranch(builder.icmp_signed("<=", last, stop), body, done)
-        builder.position_at_end(body)
-        terms = [load_term(builder.add(i, ir.Constant(i64, LANES * k))) for k in range(step)]
-        acc_next = acc
-        for term in terms:
-            acc_next = builder.fadd(acc_next, term)
-        i.add_incoming(last, builder.block)
-        acc.add_incoming(acc_next, builder.block)
-        builder.branch(loop)
-        builder.position_at_end(done)
-        i0, acc0 = i, acc
-    acc = acc0
+    entry = builder.block
+    loop = builder.append_basic_block("lanes.loop")
+    body = builder.append_basic_block("lanes.body")
+    done = builder.append_basic_block("lanes.done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    i = builder.phi(i64)
+    acc = builder.phi(vt)
+    i.add_incoming(lo, entry)
+    acc.add_incoming(ir.Constant(vt, [0.0] * LANES), entry)
+    builder.cbranch(builder.icmp_signed("<", i, stop), body, done)
+    builder.position_at_end(body)
+    acc_next = builder.fadd(acc, load_term(i))
+    i_next = builder.add(i, ir.Constant(i64, LANES))
+    i.add_incoming(i_next, builder.block)
+    acc.add_incoming(acc_next, builder.block)
+    builder.branch(loop)
+    builder.position_at_end(done)
     lanes = [builder.extract_element(acc, ir.Constant(ir.IntType(32), lane)) for lane in range(LANES)]
     while len(lanes) > 1:
         lanes = [builder.fadd(lanes[k], lanes[k + 1]) for k in range(0, len(lanes), 2)]
@@ -183,7 +173,7 @@ def _exp_lanes(typingctx, x, m, inv_t, thr, w, stop):
             builder.store(e, builder.bitcast(builder.gep(wd, [i]), vt.as_pointer()), align=8)
             return e
 
-        return _lane_loop(builder, ir.Constant(ir.IntType(64), 0), args[5], term, UNROLL)
+        return _lane_loop(builder, ir.Constant(ir.IntType(64), 0), args[5], term)
 
     return sig, codegen
 
@@ -194,19 +184,14 @@ def exp_lane_sum(x, m, inv_t, thr, w):
     x (float16 bits, float32 or float64; w float64 of the same length) and return the sum of w in
     :func:`lane_sum`'s order."""
     n = x.shape[0]
-    stop = n - n % LANES
-    if x.strides[0] == x.itemsize:
-        t = _exp_lanes(x, m, inv_t, thr, w, stop)
-    else:  # a strided row (never from fastspec's wrappers, which give every row a contiguous last axis)
-        for v in range(stop):
-            xv = _to_f64(x[v])
-            e = _fx.fexp((xv - m) * inv_t)
-            w[v] = e if xv >= thr else 0.0
-        t = _sum_lanes(w, stop)
+    contiguous = x.strides[0] == x.itemsize  # a strided row never comes from fastspec's wrappers
+    stop = n - n % LANES if contiguous else 0
+    for v in range(stop, n):  # the tail (every value of a strided row) one by one
+        w[v] = _fx.weight(x[v], m, inv_t) if _to_f64(x[v]) >= thr else 0.0
+    if not contiguous:
+        return lane_sum(w, 0, n)
+    t = _exp_lanes(x, m, inv_t, thr, w, stop)
     for v in range(stop, n):
-        xv = _to_f64(x[v])
-        e = _fx.fexp((xv - m) * inv_t)
-        w[v] = e if xv >= thr else 0.0
         t += w[v]
     return t
 
