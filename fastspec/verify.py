@@ -37,6 +37,7 @@ import numpy as np
 from ._kernels import block as block_kernels
 from ._kernels import token as token_kernels
 from ._kernels.sample import block_count
+from .config import BLOCK
 from .errors import InvalidInput, InvalidType
 from .methods import check_method
 from .params import per_row
@@ -208,6 +209,71 @@ def _params(B, temperature, top_k, top_p, min_p):
     return per_row(B, temperature, top_k, top_p, min_p)
 
 
+# --------------------------------------------------------------------------------------------- latency path
+_ONE_ROW_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_scalar_configs: dict = {}  # (temperature, top_k, top_p, min_p) as given -> validated (float, int, float, float)
+
+
+def _scalar_config(temperature, top_k, top_p, min_p):
+    """The validated scalars of a configuration, or None (not plain scalars, or invalid: the general path
+    raises, in its order)."""
+    if type(top_k) is not int or type(temperature) not in (int, float) or type(top_p) not in (int, float) \
+            or type(min_p) not in (int, float):  # exact types first: True == 1 as a key
+        return None
+    key = (temperature, top_k, top_p, min_p)
+    got = _scalar_configs.get(key)
+    if got is not None:
+        return got
+    try:
+        per_row(1, temperature, top_k, top_p, min_p)
+    except (ValueError, TypeError):
+        return None
+    if len(_scalar_configs) >= 256:  # a service with many configurations: keep the table small
+        _scalar_configs.clear()
+    got = _scalar_configs[key] = (float(temperature), top_k, float(top_p), float(min_p))
+    return got
+
+
+def _one_row(xt, xd, toks, temperature, top_k, top_p, min_p, seed):
+    """verify_logits for the case a service calls most: one row, C-contiguous float logits, int64 tokens, every
+    draft used, scalar parameters, an integer seed -- checked here with a handful of attribute reads, then one
+    kernel dispatch that allocates the outputs (:func:`fastspec._kernels.token.verify_one_row`).  Returns None
+    whenever anything differs or the kernel found a problem: the general path then runs (and words the error),
+    so both paths give the same tokens and the same errors (test)."""
+    if type(xt) is not np.ndarray or type(toks) is not np.ndarray or type(seed) is not int:
+        return None
+    shape = xt.shape
+    if len(shape) != 3 or shape[0] != 1 or shape[1] < 1 or shape[2] < 1 or not xt.flags.c_contiguous:
+        return None
+    dt = xt.dtype
+    if dt not in _ONE_ROW_DTYPES or toks.dtype != np.int64 or toks.shape != (1, shape[1] - 1) \
+            or not toks.flags.c_contiguous:
+        return None
+    if xd is not None and (type(xd) is not np.ndarray or xd.dtype != dt or xd.shape != (1, shape[1] - 1, shape[2])
+                           or not xd.flags.c_contiguous):
+        return None
+    if not -2 ** 63 <= seed < 2 ** 64:
+        return None
+    config = _scalar_config(temperature, top_k, top_p, min_p)
+    if config is None:
+        return None
+    if dt == _ONE_ROW_DTYPES[0]:  # float16 as its bits, as kernel_view does
+        xt = xt.view(np.uint16)
+        xd = None if xd is None else xd.view(np.uint16)
+    V = shape[2]
+    size = 2 * V + 3 * ((V + BLOCK - 1) // BLOCK) + BLOCK  # token.buffer_size(V, block_count(V))
+    buf = getattr(_thread_buffers, "flat", None)
+    if buf is None or buf.shape[0] < size:
+        buf = _thread_buffers.flat = np.empty(size)
+    tokens, summary, ok = token_kernels.verify_one_row(
+        xt, xt if xd is None else xd, xd is not None, toks, *config, seed - 2 ** 64 if seed >= 2 ** 63 else seed,
+        buf)
+    if not ok:
+        return None
+    return VerifyResult(tokens=tokens, num_accepted=summary[0], num_emitted=summary[1],
+                        residual_underflows=summary[2], num_draft=summary[3])
+
+
 # --------------------------------------------------------------------------------------------- public API
 def verify_logits(target_logits, draft_logits, draft_tokens, *, num_draft=None, temperature=1.0, top_k=0,
                   top_p=1.0, min_p=0.0, seed=0, method="token") -> VerifyResult:
@@ -220,6 +286,10 @@ def verify_logits(target_logits, draft_logits, draft_tokens, *, num_draft=None, 
     one per row, applied to both the target and the draft logits (:func:`fastspec.probabilities`); seed: an
     integer in [-2**63, 2**64) or one per row.  method: "token" or "block" (:mod:`fastspec.methods`).
     """
+    if num_draft is None and type(method) is str and method == "token":
+        fast = _one_row(target_logits, draft_logits, draft_tokens, temperature, top_k, top_p, min_p, seed)
+        if fast is not None:
+            return fast
     method = check_method(method)
     xt = logits_array("target_logits", target_logits, ndim=3)
     B, K1, V = xt.shape

@@ -101,6 +101,7 @@ def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, se
     K1 = xt.shape[0]
     Kd = xd.shape[0]
     none = xt[0, 0:0]  # an empty row: "no next row to read ahead"
+    none_d = np.empty(0, xd.dtype)  # the same for the draft rows (their dtype may differ from the target's)
     mt_next = np.nan
     md_next = np.nan
     t_ok = 0  # target rows [0, t_ok) validated
@@ -140,7 +141,7 @@ def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, se
         if two:
             y = xd[i]
             _, _, zq, md_next = processed_weights(y, mq, temp, top_k, top_p, min_p, wq, wq, zqb,
-                                                  xd[d_ok] if d_ok < Kd else none)
+                                                  xd[d_ok] if d_ok < Kd else none_d)
         else:
             zq = 1.0
         qx = wq[tok] / zq if two else 1.0  # one-hot draft: q(x) = 1
@@ -202,6 +203,37 @@ def verify_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out
     for b in range(xt.shape[0]):
         verify_row_logits(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
                           row_seed(seeds, derive, b), out[b], stats[b], buffers[0])
+
+
+@kernel
+def verify_one_row(xt, xd, has_draft, toks, temp, top_k, top_p, min_p, seed, buf):
+    """The latency path of :func:`fastspec.verify_logits`: one row (B = 1), every draft used, scalar sampling
+    parameters, one integer seed (as int64 bits), whatever else unchecked but the token ids.  Allocates its
+    outputs here, so one dispatch does the whole call.
+
+    Returns (tokens int64 [1, K+1], summary int64 [4, 1] = accepted, emitted, underflows, num_draft, ok); ok is
+    False for an id outside [0, V), a row with NaN/+inf/no finite logit or a draft with q = 0: the caller then
+    takes the general path, which words the error.  Same tokens as :func:`verify_logits_serial` with the seed
+    derived for row 0."""
+    K = xt.shape[1] - 1
+    V = xt.shape[2]
+    out = np.full((1, K + 1), -1, np.int64)
+    summary = np.zeros((4, 1), np.int64)
+    for i in range(K):
+        if toks[0, i] < 0 or toks[0, i] >= V:
+            return out, summary, False
+    stats = np.zeros(N_STATS, np.int64)
+    s = derive_row_seed(seed, 0)
+    if has_draft:
+        verify_row_logits(xt[0], xd[0], True, toks[0], K, temp, top_k, top_p, min_p, s, out[0], stats, buf)
+    else:  # one-hot draft: an empty draft array, as the general path passes
+        verify_row_logits(xt[0], xt[0, 0:0], False, toks[0], K, temp, top_k, top_p, min_p, s, out[0], stats,
+                          buf)
+    summary[0, 0] = stats[ACCEPTED]
+    summary[1, 0] = stats[ACCEPTED] + 1
+    summary[2, 0] = stats[UNDERFLOWS]
+    summary[3, 0] = K
+    return out, summary, stats[BAD_DRAFT] == 0 and stats[BAD_VALUES] == 0
 
 
 # --------------------------------------------------------------------------------------------- probabilities
