@@ -24,6 +24,7 @@ the exact and goodness-of-fit tests check).  Sampling is the one two-level inver
 Validation: every drafted token within ``num_draft`` must have draft probability > 0 under the processed
 draft distribution, whatever the random path of its row (``InvalidInput`` names the row and position);
 logits must be finite or -inf with a finite value in every row (checked while the kernels read them).
+``validate="visited"`` (the latency mode) narrows both checks to the rows and positions the decision reads.
 """
 from __future__ import annotations
 
@@ -168,24 +169,24 @@ def _buffers(n, V):
     return flat[:n * size].reshape(n, size)
 
 
-def _run_token(xt, xd, has_draft, toks, nd, params, seeds, out, stats):
+def _run_token(xt, xd, has_draft, check_all, toks, nd, params, seeds, out, stats):
     B, _, V = xt.shape
     seeds, derive = seeds
     nth = numba.get_num_threads() if B >= 2 else 1
     if nth > 1:
-        token_kernels.verify_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats,
+        token_kernels.verify_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats,
                                          _buffers(min(nth, B), V))
     else:  # one row (or one thread): no parallel region, lowest latency
-        token_kernels.verify_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats,
+        token_kernels.verify_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats,
                                            _buffers(1, V))
 
 
-def _run_block(xt, xd, has_draft, toks, nd, params, seeds, out, stats):
+def _run_block(xt, xd, has_draft, check_all, toks, nd, params, seeds, out, stats):
     seeds, derive = seeds
     if xt.shape[0] >= 2 and numba.get_num_threads() > 1:
-        block_kernels.block_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats)
+        block_kernels.block_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats)
     else:
-        block_kernels.block_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats)
+        block_kernels.block_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats)
 
 
 def _seeds(seed, B):
@@ -207,6 +208,22 @@ def _params(B, temperature, top_k, top_p, min_p):
     if all(type(v) in (int, float) for v in (temperature, top_k, top_p, min_p)):
         return _scalar_params(B, temperature, top_k, top_p, min_p)
     return per_row(B, temperature, top_k, top_p, min_p)
+
+
+VALIDATE_MODES = {
+    "all": "every row of the input is read and checked (NaN/+inf/no finite logit) and every drafted token within "
+           "num_draft must have draft probability > 0, whatever the random path: the same errors for every seed",
+    "visited": "only the rows the decision reads are read and checked (fewer bytes: the latency mode for a service "
+               "whose logits come from its own models); a bad value or an invalid draft in a position the row never "
+               "reaches is not reported.  The tokens are the same as with 'all' whenever 'all' raises nothing",
+}
+
+
+def _check_all(validate) -> bool:
+    if type(validate) is str and validate in VALIDATE_MODES:
+        return validate == "all"
+    raise InvalidInput(f"validate {validate!r} is unknown: use 'all' (every row and drafted position checked, the "
+                       "default) or 'visited' (only what the decision reads: the latency mode)")
 
 
 # --------------------------------------------------------------------------------------------- latency path
@@ -234,7 +251,7 @@ def _scalar_config(temperature, top_k, top_p, min_p):
     return got
 
 
-def _one_row(xt, xd, toks, temperature, top_k, top_p, min_p, seed):
+def _one_row(xt, xd, toks, temperature, top_k, top_p, min_p, seed, check_all):
     """verify_logits for the case a service calls most: one row, C-contiguous float logits, int64 tokens, every
     draft used, scalar parameters, an integer seed -- checked here with a handful of attribute reads, then one
     kernel dispatch that allocates the outputs (:func:`fastspec._kernels.token.verify_one_row`).  Returns None
@@ -265,9 +282,8 @@ def _one_row(xt, xd, toks, temperature, top_k, top_p, min_p, seed):
     buf = getattr(_thread_buffers, "flat", None)
     if buf is None or buf.shape[0] < size:
         buf = _thread_buffers.flat = np.empty(size)
-    tokens, summary, ok = token_kernels.verify_one_row(
-        xt, xt if xd is None else xd, xd is not None, toks, *config, seed - 2 ** 64 if seed >= 2 ** 63 else seed,
-        buf)
+    tokens, summary, ok = token_kernels.verify_one_row(xt, xt if xd is None else xd, xd is not None, check_all, toks,
+                                                       *config, seed - 2 ** 64 if seed >= 2 ** 63 else seed, buf)
     if not ok:
         return None
     return VerifyResult(tokens=tokens, num_accepted=summary[0], num_emitted=summary[1],
@@ -276,7 +292,7 @@ def _one_row(xt, xd, toks, temperature, top_k, top_p, min_p, seed):
 
 # --------------------------------------------------------------------------------------------- public API
 def verify_logits(target_logits, draft_logits, draft_tokens, *, num_draft=None, temperature=1.0, top_k=0,
-                  top_p=1.0, min_p=0.0, seed=0, method="token") -> VerifyResult:
+                  top_p=1.0, min_p=0.0, seed=0, method="token", validate="all") -> VerifyResult:
     """Verify a batch of drafted tokens from raw logits.
 
     target_logits: [B, K+1, V] float16/32/64 (any layout, read-only/memory-mapped fine; float16 is read as it
@@ -285,12 +301,16 @@ def verify_logits(target_logits, draft_logits, draft_tokens, *, num_draft=None, 
     drafts and target position num_draft[b] for its bonus token).  temperature/top_k/top_p/min_p: scalars or
     one per row, applied to both the target and the draft logits (:func:`fastspec.probabilities`); seed: an
     integer in [-2**63, 2**64) or one per row.  method: "token" or "block" (:mod:`fastspec.methods`).
+    validate: "all" (default) or "visited" (:data:`VALIDATE_MODES`): "visited" reads only the rows the decision
+    uses, for latency; it gives the same tokens but does not report problems in positions a row never reaches.
     """
     if num_draft is None and type(method) is str and method == "token":
-        fast = _one_row(target_logits, draft_logits, draft_tokens, temperature, top_k, top_p, min_p, seed)
+        fast = _one_row(target_logits, draft_logits, draft_tokens, temperature, top_k, top_p, min_p, seed,
+                        _check_all(validate))
         if fast is not None:
             return fast
     method = check_method(method)
+    check_all = _check_all(validate)
     xt = logits_array("target_logits", target_logits, ndim=3)
     B, K1, V = xt.shape
     if K1 < 1:
@@ -309,7 +329,8 @@ def verify_logits(target_logits, draft_logits, draft_tokens, *, num_draft=None, 
     out = np.full((B, K + 1), -1, dtype=np.int64)
     stats = np.zeros((B, token_kernels.N_STATS), dtype=np.int64)
     if B:
-        (_run_token if method == "token" else _run_block)(kt, kd, has_draft, toks, nd, params, seeds, out, stats)
+        (_run_token if method == "token" else _run_block)(kt, kd, has_draft, check_all, toks, nd, params, seeds, out,
+                                                          stats)
     return _finish(out, stats, nd, toks, ("target_logits", "draft_logits"), (xt, xd), "draft logits")
 
 

@@ -47,7 +47,7 @@ def _weights(x, temperature, top_k, top_p, min_p):
     m = row_max(xk)
     inv_t, thr = row_cutoff(xk, m, float(temperature), int(top_k), float(top_p), float(min_p), np.empty(len(x)))
     w = np.empty(len(x))
-    z, _ = row_weights(xk, m, inv_t, thr, w, np.empty(block_count(len(x))), xk[0:0])
+    z = row_weights(xk, m, inv_t, thr, w, np.empty(block_count(len(x))))
     return w, z
 
 

@@ -9,7 +9,8 @@ import pytest
 from fastspec import row_seeds, verify_logits
 from fastspec._kernels.rows import ROW_NAN, ROW_NO_FINITE, ROW_OK, ROW_POSINF, argmax_of, row_max, status
 from fastspec._numba.fastexp import fexp
-from fastspec._numba.lanes import exp_lane_sum, lane_sum
+from fastspec._numba.intrinsics import fma
+from fastspec._numba.lanes import exp_lane_sum, lane_residual_sum, lane_sum
 from fastspec.acceptance import acceptance_rates
 
 @numba.njit
@@ -273,3 +274,24 @@ def test_float16_logits_are_never_widened_into_a_copy():
             assert peak < size / 2, f"{name}: allocated {peak} bytes for a float16 input of {size} bytes"
     finally:
         numba.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 1023, 1024, 5001])
+def test_lane_residual_sum_has_the_bits_of_stored_terms_and_lane_sum(n):
+    """The fused residual block sum (no store) equals storing max(fma(p, a, -(q b)), 0) and calling lane_sum."""
+    rng = np.random.default_rng(n)
+    p = rng.random(n) * 10.0 ** rng.integers(-12, 1, n)
+    q = rng.random(n) * 10.0 ** rng.integers(-12, 1, n)
+    q[::7] = p[::7]  # exact ties: d = 0
+    for a, b in ((1.0, 1.0), (1 / 3.7, 1 / 1.3), (2.5, 0.0)):
+        d = np.array([_fma(x, a, -(y * b)) for x, y in zip(p, q, strict=True)])
+        want = lane_sum(np.where(d > 0.0, d, 0.0), 0, n)
+        got = lane_residual_sum(p, q, a, b, 0, n)
+        assert np.float64(got).view(np.int64) == np.float64(want).view(np.int64)
+        if n > 40:
+            assert lane_residual_sum(p, q, a, b, 5, n - 3) == lane_sum(np.where(d > 0.0, d, 0.0), 5, n - 3)
+
+
+@numba.njit
+def _fma(x, a, c):
+    return fma(x, a, c)

@@ -224,3 +224,73 @@ def test_target_and_draft_may_have_different_dtypes(method, dtypes):
         want = verify_logits(xt[:b].astype(np.float64), xd[:b].astype(np.float64), toks[:b], seed=2, method=method,
                              top_k=50)
         _same(got, want)
+
+
+# --------------------------------------------------------------------------------------------- validate="visited"
+@pytest.mark.parametrize("method", ["token", "block"])
+@pytest.mark.parametrize("B", [1, 4])
+@pytest.mark.parametrize("kw", CONFIGS[:5], ids=[str(i) for i in range(5)])
+def test_visited_mode_gives_the_same_tokens(method, B, kw):
+    rng = np.random.default_rng(B)
+    K, V = 4, 2003
+    xt = (rng.standard_normal((B, K + 1, V)) * 2).astype(np.float32)
+    xd = (xt[:, :K] + rng.standard_normal((B, K, V)) * 0.7).astype(np.float32)
+    toks = xd.argmax(-1)
+    for d in (xd, None):
+        _same(verify_logits(xt, d, toks, method=method, validate="visited", **kw),
+              verify_logits(xt, d, toks, method=method, **kw))
+
+
+def _rejects_at_0():
+    """A row whose first draft is rejected for seed 0 (its later positions are never reached)."""
+    for s in range(100):
+        xt, xd, toks = _row(4, 3001, seed=s, noise=2.0)
+        if verify_logits(xt, xd, toks).num_accepted[0] == 0:
+            return xt, xd, toks
+    raise AssertionError("no rejection found")
+
+
+@pytest.mark.parametrize("method, problem", [("token", "nan target row 3"), ("token", "+inf draft row 2"),
+                                             ("token", "draft row 3 all -inf"), ("token", "q = 0 at 2"),
+                                             ("block", "nan target row 4")])
+def test_visited_mode_skips_only_positions_never_reached(method, problem):
+    """Token verification of a row rejected at position 0 reads no later row; block verification reads every
+    drafted position but not the bonus position when a draft is rejected."""
+    xt, xd, toks = _rejects_at_0()
+    want = verify_logits(xt, xd, toks, method=method)
+    bt, bd = xt.copy(), xd.copy()
+    if problem.startswith("nan target row"):
+        bt[0, int(problem[-1]), 9] = np.nan
+    elif problem == "+inf draft row 2":
+        bd[0, 2, 9] = np.inf
+    elif problem == "draft row 3 all -inf":
+        bd[0, 3] = -np.inf
+    else:
+        bd[0, 2, toks[0, 2]] = -np.inf
+    with pytest.raises(ValueError):
+        verify_logits(bt, bd, toks, method=method)  # the default reports it whatever the random path
+    _same(verify_logits(bt, bd, toks, method=method, validate="visited"), want)
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+def test_visited_mode_still_checks_what_it_reads(method):
+    xt, xd, toks = _rejects_at_0()
+    for arr, name in ((xt, "target_logits[0, 0, 9]"), (xd, "draft_logits[0, 0, 9]")):
+        bad = arr.copy()
+        bad[0, 0, 9] = np.nan
+        args = (bad, xd, toks) if arr is xt else (xt, bad, toks)
+        got = _error(lambda: verify_logits(*args, method=method, validate="visited"))
+        assert got == _error(lambda: verify_logits(*args, method=method))
+        assert name in got[1]
+    bd = xd.copy()
+    bd[0, 0, toks[0, 0]] = -np.inf
+    assert "draft_tokens[0, 0]" in _error(lambda: verify_logits(xt, bd, toks, method=method, validate="visited"))[1]
+
+
+@pytest.mark.parametrize("bad", ["some", "", None, 1, True])
+def test_unknown_validate_mode_is_refused(bad):
+    xt, xd, toks = _row(2, 50)
+    with pytest.raises(ValueError, match="validate .* is unknown: use 'all'"):
+        verify_logits(xt, xd, toks, validate=bad)
+    with pytest.raises(ValueError, match="validate .* is unknown"):
+        verify_logits(np.concatenate([xt, xt]), np.concatenate([xd, xd]), np.concatenate([toks, toks]), validate=bad)

@@ -26,7 +26,7 @@ def _weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, use_table, table
     """z of a valid row (temperature > 0) with its processed weights stored in w: from the float16 table when
     ``use_table`` (:mod:`fastspec._kernels.half`), else with fastspec's exp."""
     if not use_table:
-        return processed_weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, x[0:0])[2]
+        return processed_weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum)[2]
     inv_t, thr = row_cutoff(x, m, temp, top_k, top_p, min_p, scratch)
     table, c = half.serves(tables, state, m, inv_t)
     return half.table_weights(x, m, inv_t, thr, w, bsum, table, c)

@@ -74,11 +74,10 @@ def _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u):
 
 
 @kernel
-def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, seed, out, stats, rsum, prm,
+def verify_row_block(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p, min_p, seed, out, stats, rsum, prm,
                      ep, eq, zpb, zqb, tp, tq):
     """Block-verify one row from logits (arrays as in :func:`fastspec._kernels.token.verify_row_logits`).
     rsum [max(K, 1), nb], prm [K+1, N_PRM], ep, eq [V], zpb, zqb [nb], tp, tq [BLOCK]: work arrays."""
-    none = xt[0, 0:0]
     if temp == 0.0:  # greedy: block verification equals token verification
         for i in range(nd + 1):
             m = row_max(xt[i])
@@ -89,8 +88,9 @@ def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, see
             out[i] = amax
             if i == nd or toks[i] != amax:
                 stats[ACCEPTED] = i
-                validate_rest(xt, xd, has_draft, toks, nd, i + 1, 0, np.nan, temp, top_k, top_p, min_p, eq,
-                               stats)
+                if check_all:
+                    validate_rest(xt, xd, has_draft, toks, nd, i + 1, 0, np.empty(0), 0, temp, top_k, top_p, min_p,
+                                  eq, stats)
                 return
         return
     w = 1.0
@@ -139,15 +139,16 @@ def verify_row_block(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, see
         v = _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u)
         if v < 0:  # the residual underflowed to 0: sample p_tau
             stats[UNDERFLOWS] += 1
-            row_weights(xt[tau], prm[tau, P_MAX], prm[tau, P_INV_T], prm[tau, P_THR], ep, zpb, none)
+            row_weights(xt[tau], prm[tau, P_MAX], prm[tau, P_INV_T], prm[tau, P_THR], ep, zpb)
             v = sample(ep, ep, 1.0, 0.0, NO_EXCLUDED, zpb, u)
         out[tau] = v
-    validate_rest(xt, xd, has_draft, toks, nd, t_read, last if has_draft else 0, np.nan, temp, top_k, top_p,
-                   min_p, eq, stats)
+    if check_all:
+        validate_rest(xt, xd, has_draft, toks, nd, t_read, last if has_draft else 0, np.empty(0), 0, temp, top_k,
+                      top_p, min_p, eq, stats)
 
 
 @kernel
-def _block_row(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, b):
+def _block_row(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, b):
     temp, top_k, top_p, min_p = params
     K1, V = xt.shape[1], xt.shape[2]
     nb = block_count(V)
@@ -159,20 +160,20 @@ def _block_row(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, b
     zqb = np.empty(nb)
     tp = np.empty(BLOCK)
     tq = np.empty(BLOCK)
-    verify_row_block(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
+    verify_row_block(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
                      row_seed(seeds, derive, b), out[b], stats[b], rsum, prm, ep, eq, zpb, zqb, tp, tq)
 
 
 @parallel_kernel
-def block_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats):
+def block_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats):
     for b in prange(xt.shape[0]):
-        _block_row(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, b)
+        _block_row(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, b)
 
 
 @kernel
-def block_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats):
+def block_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats):
     for b in range(xt.shape[0]):
-        _block_row(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, b)
+        _block_row(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, b)
 
 
 # --------------------------------------------------------------------------------------------- probabilities

@@ -187,12 +187,11 @@ def row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch):
 
 
 @kernel
-def processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum, nxt):
-    """(inv_t, thr, z, max of nxt) of a valid row with max m (temperature > 0), with its processed weights stored
-    in w and their block sums in bsum (:func:`fastspec._kernels.sample.row_weights`)."""
+def processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum):
+    """(inv_t, thr, z) of a valid row with max m (temperature > 0), with its processed weights stored in w and
+    their block sums in bsum (:func:`fastspec._kernels.sample.row_weights`)."""
     inv_t, thr = row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch)
-    z, nmax = row_weights(x, m, inv_t, thr, w, bsum, nxt)
-    return inv_t, thr, z, nmax
+    return inv_t, thr, row_weights(x, m, inv_t, thr, w, bsum)
 
 
 @kernel
@@ -204,7 +203,7 @@ def visit_row(x, temperature, top_k, top_p, min_p, scratch, w, bsum):
         return False, m, 0.0, 0.0, 0.0
     if temperature == 0.0:
         return True, m, 0.0, m, 1.0
-    inv_t, thr, z, _ = processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum, x[0:0])
+    inv_t, thr, z = processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum)
     return True, m, inv_t, thr, z
 
 
@@ -245,7 +244,7 @@ def sample_row(x, temperature, top_k, top_p, min_p, u, w, bsum, scratch):
     m = row_max(x)
     if temperature == 0.0:
         return argmax_of(x, m)
-    processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum, x[0:0])
+    processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum)
     return sample(w, w, 1.0, 0.0, NO_EXCLUDED, bsum, u)
 
 
@@ -282,7 +281,6 @@ def probabilities_at(x, params, ids, out):
             for j in range(ids.shape[1]):
                 out[r, j] = 1.0 if ids[r, j] == amax else 0.0
             continue
-        _, _, z, _ = processed_weights(x[r], m, temperature[r], top_k[r], top_p[r], min_p[r], scratch, w, bsum,
-                                       x[r, 0:0])
+        _, _, z = processed_weights(x[r], m, temperature[r], top_k[r], top_p[r], min_p[r], scratch, w, bsum)
         for j in range(ids.shape[1]):
             out[r, j] = w[ids[r, j]] / z if ids[r, j] >= 0 else 0.0

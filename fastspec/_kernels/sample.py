@@ -25,7 +25,7 @@ import numpy as np
 from .._numba.intrinsics import fma, fmaximum, narrow, to_f64
 from .._numba.fastexp import fexp
 from .._numba.jit import kernel
-from .._numba.lanes import exp_lane_sum, lane_sum
+from .._numba.lanes import exp_lane_sum, lane_residual_sum, lane_sum
 from ..config import BLOCK
 
 NO_EXCLUDED = -1
@@ -51,6 +51,9 @@ def block_sums(P, Q, a, b, excl, bsum, tmp, j0, j1):
     for j in range(j0, j1):
         lo = j * BLOCK
         hi = min(n, lo + BLOCK)
+        if not lo <= excl < hi:  # the same sum, the terms never stored
+            bsum[j] = lane_residual_sum(P, Q, a, b, lo, hi)
+            continue
         ps = P[lo:hi]
         qs = Q[lo:hi]
         for v in range(hi - lo):
@@ -128,28 +131,50 @@ def block_weights(x, m, inv_t, thr, lo, hi, w):
 
 
 @kernel
-def row_weights(x, m, inv_t, thr, w, bsum, nxt):
-    """The processed weights of one logits row, stored: ``w[v] = exp((x_v - m) * inv_t)`` if ``x_v >= thr``
-    else 0 (float64), ``bsum[j]`` = their block sums.  Returns ``(total, max of nxt)`` (NaN for an empty
-    ``nxt``).
+def scan_max(row, lo, hi, acc):
+    """IEEE maximum of ``acc`` and ``row[lo:hi]`` (taken in the row's narrow type; float64 result)."""
+    ns = row[lo:hi]
+    bm = narrow(ns[0])
+    for v in range(hi - lo):
+        bm = fmaximum(bm, narrow(ns[v]))
+    return fmaximum(acc, np.float64(bm))
 
-    ``nxt`` is the row the caller will read next (or an empty row): its max is taken block by block inside
-    this compute-bound pass, so its first read from memory overlaps the exponentials."""
-    n = x.shape[0]
-    has_next = nxt.shape[0] > 0
-    nmax = np.float64(narrow(nxt[0])) if has_next else np.nan
+
+@kernel
+def _block_of_weights(x, m, inv_t, thr, w, bsum, j):
+    """(sum, lo, hi) of block j of a row: its processed weights stored in w[lo:hi], their sum in bsum[j]."""
+    lo = j * BLOCK
+    hi = min(x.shape[0], lo + BLOCK)
+    s = exp_lane_sum(x[lo:hi], m, inv_t, thr, w[lo:hi])
+    bsum[j] = s
+    return s, lo, hi
+
+
+@kernel
+def row_weights(x, m, inv_t, thr, w, bsum):
+    """The processed weights of one logits row, stored: ``w[v] = exp((x_v - m) * inv_t)`` if ``x_v >= thr``
+    else 0 (float64), ``bsum[j]`` = their block sums.  Returns their total."""
     total = 0.0
     for j in range(bsum.shape[0]):
-        lo = j * BLOCK
-        hi = min(n, lo + BLOCK)
-        ws = w[lo:hi]
-        s = exp_lane_sum(x[lo:hi], m, inv_t, thr, ws)
-        bsum[j] = s
+        total += _block_of_weights(x, m, inv_t, thr, w, bsum, j)[0]
+    return total
+
+
+@kernel
+def row_weights_ahead(x, m, inv_t, thr, w, bsum, ahead, mx, ahead2, mx2):
+    """:func:`row_weights` taking the max of every row of ``ahead`` [R, V] (into ``mx[r]``) and of ``ahead2``
+    [R2, V] (into ``mx2``; another array, possibly of another dtype) instead: rows that must be read anyway (to
+    be validated, or used later) are read while this pass computes."""
+    for r in range(ahead.shape[0]):
+        mx[r] = np.float64(narrow(ahead[r, 0]))
+    for r in range(ahead2.shape[0]):
+        mx2[r] = np.float64(narrow(ahead2[r, 0]))
+    total = 0.0
+    for j in range(bsum.shape[0]):
+        s, lo, hi = _block_of_weights(x, m, inv_t, thr, w, bsum, j)
         total += s
-        if has_next:
-            ns = nxt[lo:hi]
-            bm = narrow(ns[0])
-            for v in range(hi - lo):
-                bm = fmaximum(bm, narrow(ns[v]))
-            nmax = fmaximum(nmax, np.float64(bm))
-    return total, nmax
+        for r in range(ahead.shape[0]):
+            mx[r] = scan_max(ahead[r], lo, hi, mx[r])
+        for r in range(ahead2.shape[0]):
+            mx2[r] = scan_max(ahead2[r], lo, hi, mx2[r])
+    return total

@@ -22,9 +22,9 @@ from .._numba.fastexp import fexp
 from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.rng import Stream, derive_row_seed, position_uniform
 from ..config import BLOCK
-from .process import processed_weights, row_cutoff
+from .process import row_cutoff
 from .rows import ROW_OK, argmax_of, row_max, status
-from .sample import NO_EXCLUDED, block_count, block_sums, sample
+from .sample import NO_EXCLUDED, block_count, block_sums, row_weights_ahead, sample
 
 # columns of the per-row stats array [B, N_STATS]
 ACCEPTED = 0  # accepted drafts
@@ -69,16 +69,16 @@ def _draft_prob_positive(y, tok, m, temp, top_k, top_p, min_p, scratch):
 
 
 @kernel
-def validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md0, temp, top_k, top_p, min_p, scratch, stats):
-    """Validate target rows t0.. and draft rows d0.. (``md0``: the max of draft row d0 when it was computed
-    ahead, else NaN) of a row the decision did not read, and check that every drafted token among them has
+def validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md, d_known, temp, top_k, top_p, min_p, scratch, stats):
+    """Validate target rows t0.. and draft rows d0.. of a row the decision did not read (draft rows below
+    ``d_known`` were read ahead: their max is ``md[i]``), and check that every drafted token among them has
     draft probability > 0, so an invalid draft is reported whatever was accepted."""
     for i in range(t0, xt.shape[0]):
         if status(row_max(xt[i])) != ROW_OK:
             stats[BAD_VALUES] = TARGET_ROWS
             return
     for i in range(d0, xd.shape[0]):
-        m = md0 if (i == d0 and md0 == md0) else row_max(xd[i])
+        m = md[i] if i < d_known else row_max(xd[i])
         if status(m) != ROW_OK:
             stats[BAD_VALUES] = DRAFT_ROWS
             return
@@ -88,28 +88,41 @@ def validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md0, temp, top_k, top_p, 
 
 
 @kernel
-def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, seed, out, stats, buf):
+def _weights_ahead(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, rows, r0, mx, rows2, s0, s1, mx2):
+    """Processed weights of a valid row (as :func:`fastspec._kernels.process.processed_weights`, total
+    returned) while reading rows[r0:] and rows2[s0:s1] ahead, their maxima into mx[r0:] and mx2[s0:s1]."""
+    inv_t, thr = row_cutoff(x, m, temp, top_k, top_p, min_p, scratch)
+    return row_weights_ahead(x, m, inv_t, thr, w, bsum, rows[r0:], mx[r0:], rows2[s0:s1], mx2[s0:s1])
+
+
+@kernel
+def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p, min_p, seed, out, stats, buf):
     """Verify one row from logits: xt [K+1, V], xd [K, V] (or [0, V] for a one-hot draft), toks [K] (valid ids),
     nd <= K drafts; writes out [K+1] (-1 beyond the emitted tokens) and stats [N_STATS].
 
-    Every row is validated once: a visited row by its max pass (which, but for the first, runs inside the
-    previous position's weight pass: ``mt_next``/``md_next``, NaN when not computed ahead), the others by
-    :func:`validate_rest`."""
+    Every row is read for validation exactly once.  Only the first target row is read on its own: the first
+    target weight pass reads every other target row and the first draft row ahead, the first draft weight pass
+    every other draft row (their maxima kept in mt/md; target rows [0, t_known) and draft rows [0, d_known) are
+    read), so the reading overlaps the exponentials.  Rows read but not used are judged by their maxima at the
+    end, the rest by :func:`validate_rest`.  ``check_all`` False (``validate="visited"``): only the rows the
+    decision uses are read, each by its own max pass; the others are neither read nor judged."""
     V = xt.shape[1]
     wp, wq, zpb, zqb, bsum, tmp = split_buffer(buf, V, block_count(V))
     greedy = temp == 0.0
     K1 = xt.shape[0]
     Kd = xd.shape[0]
-    none = xt[0, 0:0]  # an empty row: "no next row to read ahead"
-    none_d = np.empty(0, xd.dtype)  # the same for the draft rows (their dtype may differ from the target's)
-    mt_next = np.nan
-    md_next = np.nan
-    t_ok = 0  # target rows [0, t_ok) validated
-    d_ok = 0  # draft rows [0, d_ok) validated
+    mt = np.empty(K1)
+    md = np.empty(max(Kd, 1))
+    t_known = 0
+    d_known = 0
+    t_ok = 0  # target rows [0, t_ok) used (validated)
+    d_ok = 0  # draft rows [0, d_ok) used (validated)
     for i in range(nd + 1):
         x = xt[i]
-        m = mt_next if mt_next == mt_next else row_max(x)
-        mt_next = np.nan
+        if i >= t_known:
+            mt[i] = row_max(x)
+            t_known = i + 1
+        m = mt[i]
         if status(m) != ROW_OK:
             stats[BAD_VALUES] = TARGET_ROWS
             return
@@ -122,28 +135,31 @@ def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, se
             stats[ACCEPTED] = i
             break
         two = has_draft and i < nd
-        mq = 0.0
-        if two:
-            mq = md_next if md_next == md_next else row_max(xd[i])
-            md_next = np.nan
-            if status(mq) != ROW_OK:
-                stats[BAD_VALUES] = DRAFT_ROWS
-                return
-            d_ok = i + 1
-        _, _, zp, mt_next = processed_weights(x, m, temp, top_k, top_p, min_p, wq, wp, zpb,
-                                              xt[t_ok] if t_ok < K1 else none)
+        d_next = i + 1 if check_all and two and d_known <= i else d_known  # this position's draft row, if unread
+        zp = _weights_ahead(x, m, temp, top_k, top_p, min_p, wq, wp, zpb, xt, t_known if check_all else K1, mt, xd,
+                            d_known, d_next, md)
+        if check_all:
+            t_known = K1
+        d_known = d_next
         if i == nd:  # every draft accepted: bonus token from p_nd
             stats[ACCEPTED] = nd
             out[nd] = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, position_uniform(seed, nd, Stream.BONUS))
             break
         tok = toks[i]
         px = wp[tok] / zp
+        zq = 1.0
         if two:
-            y = xd[i]
-            _, _, zq, md_next = processed_weights(y, mq, temp, top_k, top_p, min_p, wq, wq, zqb,
-                                                  xd[d_ok] if d_ok < Kd else none_d)
-        else:
-            zq = 1.0
+            if i >= d_known:  # validate="visited": read now
+                md[i] = row_max(xd[i])
+                d_known = i + 1
+            if status(md[i]) != ROW_OK:
+                stats[BAD_VALUES] = DRAFT_ROWS
+                return
+            d_ok = i + 1
+            zq = _weights_ahead(xd[i], md[i], temp, top_k, top_p, min_p, wq, wq, zqb, xd, d_known if check_all else Kd,
+                                md, xd, 0, 0, md)
+            if check_all:
+                d_known = Kd
         qx = wq[tok] / zq if two else 1.0  # one-hot draft: q(x) = 1
         if not qx > 0.0:
             stats[BAD_DRAFT] = i + 1
@@ -167,13 +183,13 @@ def verify_row_logits(xt, xd, has_draft, toks, nd, temp, top_k, top_p, min_p, se
             v = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, ur)
         out[i] = v
         break
-    t0 = t_ok
-    if mt_next == mt_next:  # the max of target row t_ok was computed ahead: its status decides it
-        if status(mt_next) != ROW_OK:
+    if not check_all:
+        return
+    for r in range(t_ok, t_known):  # read ahead, not used: their maxima decide them
+        if status(mt[r]) != ROW_OK:
             stats[BAD_VALUES] = TARGET_ROWS
             return
-        t0 = t_ok + 1
-    validate_rest(xt, xd, has_draft, toks, nd, t0, d_ok, md_next, temp, top_k, top_p, min_p, wq, stats)
+    validate_rest(xt, xd, has_draft, toks, nd, t_known, d_ok, md, d_known, temp, top_k, top_p, min_p, wq, stats)
 
 
 @kernel
@@ -184,7 +200,7 @@ def row_seed(seeds, derive, b):
 
 
 @parallel_kernel
-def verify_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, buffers):
+def verify_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, buffers):
     """Rows in parallel: thread chunk c takes rows c, c + n, ... (n = len(buffers)) with work buffer
     buffers[c]; results do not depend on which thread runs a row.  Seeds: see :func:`row_seed`."""
     temp, top_k, top_p, min_p = params
@@ -192,21 +208,21 @@ def verify_logits_rows(xt, xd, has_draft, toks, nd, params, seeds, derive, out, 
     n = buffers.shape[0]
     for c in prange(n):
         for b in range(c, B, n):
-            verify_row_logits(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
+            verify_row_logits(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
                               row_seed(seeds, derive, b), out[b], stats[b], buffers[c])
 
 
 @kernel
-def verify_logits_serial(xt, xd, has_draft, toks, nd, params, seeds, derive, out, stats, buffers):
+def verify_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, buffers):
     """The same, rows one after the other with buffers[0] (no parallel region: lowest latency for few rows)."""
     temp, top_k, top_p, min_p = params
     for b in range(xt.shape[0]):
-        verify_row_logits(xt[b], xd[b], has_draft, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
+        verify_row_logits(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
                           row_seed(seeds, derive, b), out[b], stats[b], buffers[0])
 
 
 @kernel
-def verify_one_row(xt, xd, has_draft, toks, temp, top_k, top_p, min_p, seed, buf):
+def verify_one_row(xt, xd, has_draft, check_all, toks, temp, top_k, top_p, min_p, seed, buf):
     """The latency path of :func:`fastspec.verify_logits`: one row (B = 1), every draft used, scalar sampling
     parameters, one integer seed (as int64 bits), whatever else unchecked but the token ids.  Allocates its
     outputs here, so one dispatch does the whole call.
@@ -225,9 +241,9 @@ def verify_one_row(xt, xd, has_draft, toks, temp, top_k, top_p, min_p, seed, buf
     stats = np.zeros(N_STATS, np.int64)
     s = derive_row_seed(seed, 0)
     if has_draft:
-        verify_row_logits(xt[0], xd[0], True, toks[0], K, temp, top_k, top_p, min_p, s, out[0], stats, buf)
+        verify_row_logits(xt[0], xd[0], True, check_all, toks[0], K, temp, top_k, top_p, min_p, s, out[0], stats, buf)
     else:  # one-hot draft: an empty draft array, as the general path passes
-        verify_row_logits(xt[0], xt[0, 0:0], False, toks[0], K, temp, top_k, top_p, min_p, s, out[0], stats,
+        verify_row_logits(xt[0], xt[0, 0:0], False, check_all, toks[0], K, temp, top_k, top_p, min_p, s, out[0], stats,
                           buf)
     summary[0, 0] = stats[ACCEPTED]
     summary[1, 0] = stats[ACCEPTED] + 1

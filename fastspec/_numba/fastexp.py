@@ -33,11 +33,11 @@ _SHIFT_BITS = 0x4338000000000000
 
 @kernel
 def fexp(y):
-    """exp(y) for y <= 0 (float64), relative error <= 1e-15; 0.0 for y < -708."""
-    yc = min(max(y, EXP_MIN_ARG), 0.0)
-    t = fma(yc, LOG2E, _SHIFT)
-    nf = t - _SHIFT  # exact: round(yc * log2(e)) as a float
-    r = fma(-nf, LN2_HI, yc)
+    """exp(y) for y <= 0 (float64), relative error <= 1e-15; 0.0 for y < -708 (whatever the intermediate values
+    there: the last select discards them, so no clamp of y is needed)."""
+    t = fma(y, LOG2E, _SHIFT)
+    nf = t - _SHIFT  # exact: round(y * log2(e)) as a float
+    r = fma(-nf, LN2_HI, y)
     r = fma(-nf, LN2_LO, r)
     p = fma(r, 1.0 / 479001600, 1.0 / 39916800)
     p = fma(r, p, 1.0 / 3628800)

@@ -21,6 +21,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from . import fastexp as _fx
+from .intrinsics import fma
 from .intrinsics import to_f64 as _to_f64
 from .jit import kernel
 
@@ -80,32 +81,52 @@ def _sum_lanes(typingctx, w, stop):
     return sig, codegen
 
 
-@intrinsic
-def _min_sum_lanes(typingctx, p, q, a, b, stop):
-    """Lanes of min(a p, b q) over [0, stop) combined by the pairwise tree."""
-    if not (_is_f64_vector(p) and _is_f64_vector(q)):
-        return None
-    sig = types.float64(p, q, types.float64, types.float64, types.intp)
+def _vector_fma(builder, vt):
+    """llvm.fma on <LANES x double>, declared once per module."""
+    name = f"llvm.fma.v{LANES}f64"  # llvmlite's declare_intrinsic names scalar types only
+    return builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), name)
 
-    def codegen(context, builder, signature, args):
-        pd = context.make_array(signature.args[0])(context, builder, args[0]).data
-        qd = context.make_array(signature.args[1])(context, builder, args[1]).data
-        vt = ir.VectorType(ir.DoubleType(), LANES)
-        undef = ir.Constant(vt, ir.Undefined)
-        mask = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
-        va = builder.shuffle_vector(builder.insert_element(undef, args[2], ir.Constant(ir.IntType(32), 0)),
-                                    undef, mask)
-        vb = builder.shuffle_vector(builder.insert_element(undef, args[3], ir.Constant(ir.IntType(32), 0)),
-                                    undef, mask)
 
-        def term(i):
-            x = builder.fmul(_vector_at(builder, pd, i), va)
-            y = builder.fmul(_vector_at(builder, qd, i), vb)
-            return builder.select(builder.fcmp_ordered("<", y, x), y, x)  # min(x, y), x on ties
+def _pair_sum_intrinsic(name, term, doc):
+    """An intrinsic ``(p, q, a, b, stop) -> float64``: the lanes of ``term(builder, p_i, q_i, a, b)`` (each a
+    <LANES x double>) over [0, stop), combined by the pairwise tree."""
+    def typer(typingctx, p, q, a, b, stop):
+        if not (_is_f64_vector(p) and _is_f64_vector(q)):
+            return None
+        sig = types.float64(p, q, types.float64, types.float64, types.intp)
 
-        return _lane_loop(builder, ir.Constant(ir.IntType(64), 0), args[4], term)
+        def codegen(context, builder, signature, args):
+            pd = context.make_array(signature.args[0])(context, builder, args[0]).data
+            qd = context.make_array(signature.args[1])(context, builder, args[1]).data
+            vt = ir.VectorType(ir.DoubleType(), LANES)
+            va, vb = _splat(builder, args[2], vt), _splat(builder, args[3], vt)
+            return _lane_loop(builder, ir.Constant(ir.IntType(64), 0), args[4],
+                              lambda i: term(builder, _vector_at(builder, pd, i), _vector_at(builder, qd, i), va, vb))
 
-    return sig, codegen
+        return sig, codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = doc
+    return intrinsic(typer)
+
+
+def _min_term(builder, p, q, va, vb):
+    x = builder.fmul(p, va)
+    y = builder.fmul(q, vb)
+    return builder.select(builder.fcmp_ordered("<", y, x), y, x)  # min(x, y), x on ties
+
+
+def _residual_term(builder, p, q, va, vb):
+    vt = p.type
+    d = builder.call(_vector_fma(builder, vt), [p, va, builder.fneg(builder.fmul(q, vb))])
+    zero = ir.Constant(vt, [0.0] * LANES)
+    return builder.select(builder.fcmp_ordered(">", d, zero), d, zero)
+
+
+_min_sum_lanes = _pair_sum_intrinsic("_min_sum_lanes", _min_term, "Lanes of min(a p, b q) over [0, stop).")
+_residual_sum_lanes = _pair_sum_intrinsic(
+    "_residual_sum_lanes", _residual_term, "Lanes of max(fma(p, a, -(q b)), 0) over [0, stop) (the residual weights of "
+    ":func:`fastspec._kernels.sample.block_sums`, summed without storing them).")
 
 
 def _splat(builder, value, vt):
@@ -123,11 +144,9 @@ def _fexp_lanes(builder, y):
     def c(v):
         return ir.Constant(vt, [float(v)] * LANES)
 
-    name = f"llvm.fma.v{LANES}f64"  # llvmlite's declare_intrinsic names scalar types only
-    fma = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), name)
+    fma = _vector_fma(builder, vt)
     lo = c(_fx.EXP_MIN_ARG)
-    yc = builder.select(builder.fcmp_ordered(">", lo, y), lo, y)  # max(y, EXP_MIN_ARG)
-    yc = builder.select(builder.fcmp_ordered("<", c(0.0), yc), c(0.0), yc)  # min(., 0.0)
+    yc = y  # no clamp, as in fexp: lanes below EXP_MIN_ARG are replaced by 0 at the end
     t = builder.call(fma, [yc, c(_fx.LOG2E), c(_fx._SHIFT)])
     nf = builder.fsub(t, c(_fx._SHIFT))
     neg = builder.fneg(nf)
@@ -209,15 +228,33 @@ def lane_sum(w, lo, hi):
 
 
 @kernel
-def lane_min_sum(p, q, a, b, lo, hi):
-    """Sum of ``min(a p[v], b q[v])`` over ``v`` in ``[lo, hi)`` in the order of :func:`lane_sum`."""
+def _pair_sum(p, q, a, b, lo, hi, residual):
+    """Sum over ``v`` in ``[lo, hi)`` of ``max(fma(p[v], a, -(q[v] * b)), 0)`` (``residual``) or ``min(a p[v],
+    b q[v])``, in the order of :func:`lane_sum`."""
     ps = p[lo:hi]
     qs = q[lo:hi]
     n = ps.shape[0]
     stop = n - n % LANES
-    t = _min_sum_lanes(ps, qs, a, b, stop)
+    t = _residual_sum_lanes(ps, qs, a, b, stop) if residual else _min_sum_lanes(ps, qs, a, b, stop)
     for j in range(stop, n):
-        x = ps[j] * a
-        y = qs[j] * b
-        t += y if y < x else x
+        if residual:
+            d = fma(ps[j], a, -(qs[j] * b))
+            t += d if d > 0.0 else 0.0
+        else:
+            x = ps[j] * a
+            y = qs[j] * b
+            t += y if y < x else x
     return t
+
+
+@kernel
+def lane_min_sum(p, q, a, b, lo, hi):
+    """Sum of ``min(a p[v], b q[v])`` over ``v`` in ``[lo, hi)`` in the order of :func:`lane_sum`."""
+    return _pair_sum(p, q, a, b, lo, hi, False)
+
+
+@kernel
+def lane_residual_sum(p, q, a, b, lo, hi):
+    """Sum of ``max(fma(p[v], a, -(q[v] * b)), 0)`` over ``v`` in ``[lo, hi)`` in the order of :func:`lane_sum`:
+    the bits of storing those terms and calling :func:`lane_sum` on them (test), without the store."""
+    return _pair_sum(p, q, a, b, lo, hi, True)
