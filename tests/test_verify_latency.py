@@ -294,3 +294,28 @@ def test_unknown_validate_mode_is_refused(bad):
         verify_logits(xt, xd, toks, validate=bad)
     with pytest.raises(ValueError, match="validate .* is unknown"):
         verify_logits(np.concatenate([xt, xt]), np.concatenate([xd, xd]), np.concatenate([toks, toks]), validate=bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["t1", "t2", "t4", "d1", "d3"])
+def test_rows_too_large_to_read_all_ahead_are_still_each_validated(where):
+    """Rows whose logits exceed READ_AHEAD_BYTES read only the next position ahead: every row is still validated
+    (a NaN anywhere is reported, whatever the path) and the tokens are those of validate='visited'."""
+    from fastspec.config import READ_AHEAD_BYTES
+
+    K, V = 4, (1 << 18) + 3
+    assert (2 * K + 1) * V * 8 > READ_AHEAD_BYTES
+    rng = np.random.default_rng(11)
+    xt = rng.standard_normal((2, K + 1, V)) * 2
+    xd = xt[:, :K] + rng.standard_normal((2, K, V)) * 0.05  # row 0: close (long acceptance)
+    xd[1] = rng.standard_normal((K, V)) * 2  # row 1: far (rejected early)
+    toks = xd.argmax(-1)
+    for b in (slice(0, 1), slice(1, 2), slice(0, 2)):
+        _same(verify_logits(xt[b], xd[b], toks[b], seed=5), verify_logits(xt[b], xd[b], toks[b], seed=5,
+                                                                          validate="visited"))
+    bt, bd = xt.copy(), xd.copy()
+    (bt if where[0] == "t" else bd)[1, int(where[1]), 77] = np.nan
+    name = ("target_logits" if where[0] == "t" else "draft_logits") + f"[1, {where[1]}, 77]"
+    for b in (slice(1, 2), slice(0, 2)):
+        want = name.replace("[1,", "[0,", 1) if b.start == 1 else name  # row 1 alone is row 0 of its batch
+        assert want in _error(lambda b=b: verify_logits(bt[b], bd[b], toks[b], seed=5))[1]

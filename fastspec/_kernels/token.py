@@ -21,7 +21,7 @@ from .._numba.intrinsics import to_f64
 from .._numba.fastexp import fexp
 from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.rng import Stream, derive_row_seed, position_uniform
-from ..config import BLOCK
+from ..config import BLOCK, READ_AHEAD_BYTES
 from .process import row_cutoff
 from .rows import ROW_OK, argmax_of, row_max, status
 from .sample import NO_EXCLUDED, block_count, block_sums, row_weights_ahead, sample
@@ -88,11 +88,11 @@ def validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md, d_known, temp, top_k,
 
 
 @kernel
-def _weights_ahead(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, rows, r0, mx, rows2, s0, s1, mx2):
+def _weights_ahead(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, rows, r0, r1, mx, rows2, s0, s1, mx2):
     """Processed weights of a valid row (as :func:`fastspec._kernels.process.processed_weights`, total
-    returned) while reading rows[r0:] and rows2[s0:s1] ahead, their maxima into mx[r0:] and mx2[s0:s1]."""
+    returned) while reading rows[r0:r1] and rows2[s0:s1] ahead, their maxima into mx[r0:r1] and mx2[s0:s1]."""
     inv_t, thr = row_cutoff(x, m, temp, top_k, top_p, min_p, scratch)
-    return row_weights_ahead(x, m, inv_t, thr, w, bsum, rows[r0:], mx[r0:], rows2[s0:s1], mx2[s0:s1])
+    return row_weights_ahead(x, m, inv_t, thr, w, bsum, rows[r0:r1], mx[r0:r1], rows2[s0:s1], mx2[s0:s1])
 
 
 @kernel
@@ -100,12 +100,13 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
     """Verify one row from logits: xt [K+1, V], xd [K, V] (or [0, V] for a one-hot draft), toks [K] (valid ids),
     nd <= K drafts; writes out [K+1] (-1 beyond the emitted tokens) and stats [N_STATS].
 
-    Every row is read for validation exactly once.  Only the first target row is read on its own: the first
-    target weight pass reads every other target row and the first draft row ahead, the first draft weight pass
-    every other draft row (their maxima kept in mt/md; target rows [0, t_known) and draft rows [0, d_known) are
-    read), so the reading overlaps the exponentials.  Rows read but not used are judged by their maxima at the
-    end, the rest by :func:`validate_rest`.  ``check_all`` False (``validate="visited"``): only the rows the
-    decision uses are read, each by its own max pass; the others are neither read nor judged."""
+    Every row is read for validation exactly once.  Only the first target row is read on its own: each target
+    weight pass reads the position's draft row ahead, and the first target and draft weight passes read every
+    other row ahead when the row's logits fit in READ_AHEAD_BYTES (else each pass reads the next position's row
+    ahead), so the reading overlaps the exponentials (maxima kept in mt/md; target rows [0, t_known) and draft
+    rows [0, d_known) are read).  Rows read but not used are judged by their maxima at the end, the rest by
+    :func:`validate_rest`.  ``check_all`` False (``validate="visited"``): only the rows the decision uses are
+    read (a position's draft row still during its target pass); the others are neither read nor judged."""
     V = xt.shape[1]
     wp, wq, zpb, zqb, bsum, tmp = split_buffer(buf, V, block_count(V))
     greedy = temp == 0.0
@@ -115,6 +116,7 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
     md = np.empty(max(Kd, 1))
     t_known = 0
     d_known = 0
+    every = (K1 * xt.itemsize + Kd * xd.itemsize) * V <= READ_AHEAD_BYTES  # read every row ahead
     t_ok = 0  # target rows [0, t_ok) used (validated)
     d_ok = 0  # draft rows [0, d_ok) used (validated)
     for i in range(nd + 1):
@@ -135,11 +137,11 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
             stats[ACCEPTED] = i
             break
         two = has_draft and i < nd
-        d_next = i + 1 if check_all and two and d_known <= i else d_known  # this position's draft row, if unread
-        zp = _weights_ahead(x, m, temp, top_k, top_p, min_p, wq, wp, zpb, xt, t_known if check_all else K1, mt, xd,
+        d_next = i + 1 if two and d_known <= i else d_known  # this position's draft row (used next), if unread
+        t_end = (K1 if every else min(i + 2, K1)) if check_all else t_known
+        zp = _weights_ahead(x, m, temp, top_k, top_p, min_p, wq, wp, zpb, xt, t_known, max(t_end, t_known), mt, xd,
                             d_known, d_next, md)
-        if check_all:
-            t_known = K1
+        t_known = max(t_end, t_known)
         d_known = d_next
         if i == nd:  # every draft accepted: bonus token from p_nd
             stats[ACCEPTED] = nd
@@ -149,17 +151,14 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
         px = wp[tok] / zp
         zq = 1.0
         if two:
-            if i >= d_known:  # validate="visited": read now
-                md[i] = row_max(xd[i])
-                d_known = i + 1
             if status(md[i]) != ROW_OK:
                 stats[BAD_VALUES] = DRAFT_ROWS
                 return
             d_ok = i + 1
-            zq = _weights_ahead(xd[i], md[i], temp, top_k, top_p, min_p, wq, wq, zqb, xd, d_known if check_all else Kd,
-                                md, xd, 0, 0, md)
-            if check_all:
-                d_known = Kd
+            d_end = (Kd if every else min(i + 2, Kd)) if check_all else d_known
+            zq = _weights_ahead(xd[i], md[i], temp, top_k, top_p, min_p, wq, wq, zqb, xd, d_known,
+                                max(d_end, d_known), md, xd, 0, 0, md)
+            d_known = max(d_end, d_known)
         qx = wq[tok] / zq if two else 1.0  # one-hot draft: q(x) = 1
         if not qx > 0.0:
             stats[BAD_DRAFT] = i + 1
