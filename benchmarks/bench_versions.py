@@ -76,7 +76,10 @@ def main():
     ids = np.arange(256, dtype=np.int64)
     from fastspec.simulate.runners import bernoulli as new_replay
 
-    old_replay = importlib.import_module("fastspec_old.simulate")._bernoulli
+    old_sim = importlib.import_module("fastspec_old.simulate")
+    old_replay = getattr(old_sim, "_bernoulli", None)  # before the consolidation (31b14e8)
+    if old_replay is None:  # a checkout after it
+        old_replay = importlib.import_module("fastspec_old.simulate.runners").bernoulli
     res = time_interleaved({"old": lambda: old_replay(alpha, lengths, ids, 4, 200, 20, 0),
                             "new": lambda: new_replay(alpha, lengths, ids, 4, 200, 20, 0)}, repeats=args.repeats)
     a = new_replay(alpha, lengths, ids, 4, 200, 20, 0)
