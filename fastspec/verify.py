@@ -37,7 +37,6 @@ import numpy as np
 
 from ._kernels import block as block_kernels
 from ._kernels import token as token_kernels
-from ._kernels.sample import block_count
 from .config import BLOCK
 from .errors import InvalidInput, InvalidType
 from .methods import check_method
@@ -156,17 +155,27 @@ def _finish(out, stats, nd, toks, names, arrays, what):
 _thread_buffers = threading.local()
 
 
+def _row_buffer_size(V):
+    """float64 elements of one kernel thread's work buffer (block count in Python: no kernel dispatch)."""
+    return token_kernels.buffer_size(V, (V + BLOCK - 1) // BLOCK)
+
+
+def _thread_flat(size):
+    """This Python thread's flat work buffer, at least ``size`` float64 elements."""
+    flat = getattr(_thread_buffers, "flat", None)
+    if flat is None or flat.shape[0] < size:
+        flat = _thread_buffers.flat = np.empty(size)
+    return flat
+
+
 def _buffers(n, V):
     """Work buffers of n kernel threads: float64 [n, token.buffer_size(V, blocks)].
 
     Kept between calls (per Python thread, so concurrent calls from several threads never share them): fresh
     multi-MiB allocations are page-faulted in on every call once the allocator has returned memory to the OS
     (measured: +0.15 ms per call at V = 32000)."""
-    size = token_kernels.buffer_size(V, block_count(V))
-    flat = getattr(_thread_buffers, "flat", None)
-    if flat is None or flat.shape[0] < n * size:
-        flat = _thread_buffers.flat = np.empty(n * size)
-    return flat[:n * size].reshape(n, size)
+    size = _row_buffer_size(V)
+    return _thread_flat(n * size)[:n * size].reshape(n, size)
 
 
 def _run_token(xt, xd, has_draft, check_all, toks, nd, params, seeds, out, stats):
@@ -277,11 +286,7 @@ def _one_row(xt, xd, toks, temperature, top_k, top_p, min_p, seed, check_all):
     if dt == _ONE_ROW_DTYPES[0]:  # float16 as its bits, as kernel_view does
         xt = xt.view(np.uint16)
         xd = None if xd is None else xd.view(np.uint16)
-    V = shape[2]
-    size = 2 * V + 3 * ((V + BLOCK - 1) // BLOCK) + BLOCK  # token.buffer_size(V, block_count(V))
-    buf = getattr(_thread_buffers, "flat", None)
-    if buf is None or buf.shape[0] < size:
-        buf = _thread_buffers.flat = np.empty(size)
+    buf = _thread_flat(_row_buffer_size(shape[2]))
     tokens, summary, ok = token_kernels.verify_one_row(xt, xt if xd is None else xd, xd is not None, check_all, toks,
                                                        *config, seed - 2 ** 64 if seed >= 2 ** 63 else seed, buf)
     if not ok:
