@@ -136,8 +136,8 @@ def _splat(builder, value, vt):
 
 
 def _fexp_lanes(builder, y):
-    """:func:`fastspec._numba.fastexp.fexp` on a <LANES x double>, operation for operation (Numba lowers ``max``
-    and ``min`` of two floats to a compare and a select, ``a if c else b`` to a select)."""
+    """:func:`fastspec._numba.fastexp.fexp` on a <LANES x double>, operation for operation (Numba lowers
+    ``a if c else b`` to a select): no clamp, lanes below EXP_MIN_ARG are replaced by 0 at the end."""
     vt = y.type
     it = ir.VectorType(ir.IntType(64), LANES)
 
@@ -145,12 +145,10 @@ def _fexp_lanes(builder, y):
         return ir.Constant(vt, [float(v)] * LANES)
 
     fma = _vector_fma(builder, vt)
-    lo = c(_fx.EXP_MIN_ARG)
-    yc = y  # no clamp, as in fexp: lanes below EXP_MIN_ARG are replaced by 0 at the end
-    t = builder.call(fma, [yc, c(_fx.LOG2E), c(_fx._SHIFT)])
+    t = builder.call(fma, [y, c(_fx.LOG2E), c(_fx._SHIFT)])
     nf = builder.fsub(t, c(_fx._SHIFT))
     neg = builder.fneg(nf)
-    r = builder.call(fma, [neg, c(_fx.LN2_HI), yc])
+    r = builder.call(fma, [neg, c(_fx.LN2_HI), y])
     r = builder.call(fma, [neg, c(_fx.LN2_LO), r])
     p = builder.call(fma, [r, c(1.0 / 479001600), c(1.0 / 39916800)])
     for k in (1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5,
@@ -159,7 +157,7 @@ def _fexp_lanes(builder, y):
     bits = builder.bitcast(t, it)
     bits = builder.add(builder.sub(bits, ir.Constant(it, [_fx._SHIFT_BITS] * LANES)), ir.Constant(it, [1023] * LANES))
     scale = builder.bitcast(builder.shl(bits, ir.Constant(it, [52] * LANES)), vt)
-    return builder.select(builder.fcmp_ordered(">=", y, lo), builder.fmul(p, scale), c(0.0))
+    return builder.select(builder.fcmp_ordered(">=", y, c(_fx.EXP_MIN_ARG)), builder.fmul(p, scale), c(0.0))
 
 
 _LOGIT_TYPES = (types.uint16, types.float32, types.float64)
