@@ -1,7 +1,6 @@
 """``--scheduler`` for the dump commands: a Dask client for the α pass (``fastspec[dask]``)."""
 from __future__ import annotations
 
-import os
 import re
 from contextlib import contextmanager
 from typing import Iterator
@@ -12,10 +11,9 @@ CONNECT_TIMEOUT_S = 5
 
 
 def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    from fastspec.machine import available_cpus
+
+    return available_cpus()
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_RUNTIME, fail, progress_bar, stderr_console
-from ._options import option_errors
+from ._options import MAX_TOKENS, check_model_seed, check_range, check_threads, option_errors
 
 
 def import_hf():
@@ -36,20 +36,36 @@ def import_hf():
     return hf
 
 
-def check_options(hf, *, max_new_tokens: int, prompts: str, threads: Optional[int],
-                  top_k_save: Optional[int]) -> None:
-    """The options dump and measure share (models are loaded only after these pass); sets torch's threads."""
-    from fastspec.hf.args import check_max_new_tokens, positive_int
+def check_options(*, max_new_tokens: int, prompts: str, threads: Optional[int], top_k_save: Optional[int],
+                  seed: int) -> None:
+    """The options dump and measure share, checked before torch is imported (so before any model is loaded)."""
+    from fastspec.config import MAX_WIDTH
 
     if not os.path.isfile(prompts):
         fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
-    with option_errors("--max-new-tokens"):
-        check_max_new_tokens(max_new_tokens)
-    if top_k_save is not None:
-        with option_errors("--top-k-save"):
-            positive_int("top_k_save", top_k_save)
+    check_range("--max-new-tokens", max_new_tokens, 1, MAX_TOKENS, "tokens")
+    check_range("--top-k-save", top_k_save, 1, MAX_WIDTH, "2**24, the widest row a dump holds")
+    check_threads(threads)
+    check_model_seed(seed)
+
+
+def set_threads(hf, threads: Optional[int]) -> None:
+    """torch's (and Numba's) thread count: --threads, already checked by :func:`check_threads`."""
     with option_errors("--threads"):
         hf.set_threads(threads)
+
+
+def check_drafts(hf, drafts) -> dict:
+    """{name: MODEL} of the --draft options, checked before any model is loaded: distinct valid names, and every
+    n-gram specification parsed by the library's one parser (fastspec.hf.parse_ngram_spec, simulate's
+    parse_ngram_draft, with its bounds); else one line naming --draft and the specification (exit 2)."""
+    with option_errors("--draft"):
+        return hf.parse_draft_specs(drafts)
+
+
+def model_labels(tmodel, drafts) -> dict:
+    """{label: model} of the target and every draft, as the position checks name them (n-gram drafts skipped)."""
+    return {"the target": tmodel, **{f"draft {name}": m for name, m in drafts.items()}}
 
 
 def ignore_eos_option():

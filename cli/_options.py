@@ -6,6 +6,8 @@ from contextlib import contextmanager
 from typing import Optional
 
 import typer
+from fastspec.config import MAX_NEW_TOKENS, MAX_REPEATS
+from fastspec.machine import available_cpus
 
 from ._common import fail
 
@@ -13,6 +15,20 @@ K_HELP = "Draft length(s): 4, a list 1,2,4,8 or a range 1-8 (each in 1..256)."
 SCHEDULER_HELP = ("Run the α pass on Dask: local (one worker process per core), local:N (N worker processes on "
                   "this machine) or tcp://HOST:PORT (an existing dask-scheduler; every worker must see the dump's "
                   "paths). Needs pip install 'fastspec[dask]'.")
+
+
+# Bounds of the real-model commands (dump, cost, measure), checked before torch is imported or any model loaded
+# (README "Bounds"): run-time guards -- a value past them is a typo or runs for days -- and sizes no array may take.
+#: --max-new-tokens and --context-length: tokens (the models' position limits are checked once they are loaded,
+#: before any generation); --repeats and --cost-repeats: rounds; --warmup: rounds discarded (fastspec.config)
+MAX_TOKENS = MAX_NEW_TOKENS
+#: --seed of dump, cost and measure: [0, 2**63) (NumPy's generators take no negative seed, and the loop's derived
+#: seeds keep 63 bits: 2**63 + s would repeat s)
+SEED_END = 1 << 63
+TOKENS_HELP = f"at most {MAX_TOKENS} (2**20)"
+REPEATS_HELP = f"1..{MAX_REPEATS}"
+SEED_HELP = "an integer in [0, 2**63)"
+THREADS_HELP = "1..the CPUs this process may run on"
 
 
 def k_option(default: str = "4", extra: str = ""):
@@ -97,6 +113,48 @@ def check_seed(seed: int) -> int:
     with option_errors("--seed"):
         seed_bits(seed)
     return seed
+
+
+def check_range(flag: str, value: Optional[int], low: int, high: int, unit: str = "") -> Optional[int]:
+    """``value`` (None: not given) when in [low, high], else the one-line error naming ``flag`` (exit 2)."""
+    if value is not None and not low <= value <= high:
+        fail(f"{flag} {value} is invalid: use an integer in [{low}, {high}]" + (f" ({unit})" if unit else ""))
+    return value
+
+
+def check_model_seed(seed: int) -> int:
+    """--seed of dump, cost and measure: an integer in [0, 2**63) (:data:`SEED_END`), the range every step of the
+    real-model pipeline takes alike (NumPy's generators, the loop's derived seeds, simulate's seed)."""
+    if not 0 <= seed < SEED_END:
+        fail(f"--seed {seed} is invalid: use {SEED_HELP} (0..{SEED_END - 1})")
+    return seed
+
+
+def check_threads(threads: Optional[int]) -> Optional[int]:
+    """--threads (None: the default) in [1, the CPUs this process may run on], before torch is imported: a count
+    past them only oversubscribes the cores, and a huge one made OpenBLAS crash the process (RLIMIT_NPROC)."""
+    return check_range("--threads", threads, 1, available_cpus(), "the CPUs this process may run on")
+
+
+@contextmanager
+def argument_errors(flags: dict):
+    """Report the library's InvalidInput / InvalidType about one of several arguments as a mistake in its flag:
+    ``flags`` maps the library's argument name to (flag, the value as typed); a message ``"name = value ..."``
+    becomes ``"--flag typed ..."`` (one line, exit 2).  A message about no listed argument names the first flag."""
+    import re
+
+    from fastspec.errors import InvalidInput, InvalidType
+
+    try:
+        yield
+    except (InvalidInput, InvalidType) as exc:
+        msg = str(exc)
+        for name, (flag, typed) in flags.items():
+            m = re.match(rf"{re.escape(name)} = [^\s:]+", msg)
+            if m:
+                fail(f"{flag} {typed}{msg[m.end():]}")
+        flag, typed = next(iter(flags.values()))
+        fail(f"{flag} {typed}: {msg}")
 
 
 def parse_k(text: str) -> list[int]:

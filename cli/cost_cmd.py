@@ -7,12 +7,15 @@ import os
 from typing import List, Optional
 
 import typer
+from fastspec.config import MAX_WARMUP
 from rich.table import Table
 
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
-from ._hf import import_hf, load_models
-from ._options import (json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
-                       target_option, temperature_option, top_k_option, top_p_option)
+from ._hf import check_drafts, import_hf, load_models, set_threads
+from ._options import (MAX_REPEATS, MAX_TOKENS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP,
+                       argument_errors, check_model_seed, check_range, check_threads, json_option, k_option,
+                       min_p_option, parse_k, sampling_params, seed_option, target_option, temperature_option,
+                       top_k_option, top_p_option)
 from .main import app
 
 
@@ -26,21 +29,24 @@ def cost_command(
                                           "prompt continued greedily by the target to its length + "
                                           "--max-new-tokens/2 (a dump's middle row). Default: random tokens."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", metavar="N", help="With --prompts: the dump's "
-                                        "continuation length the context imitates."),
+                                        f"continuation length the context imitates; {TOKENS_HELP}."),
     context_length: Optional[int] = typer.Option(None, "--context-length", metavar="C", help="Tokens in the context "
-                                                 "(default: from --prompts, else 128)."),
+                                                 f"(default: from --prompts, else 128); {TOKENS_HELP}, and the "
+                                                 "context + the largest k + 1 within every model's "
+                                                 "max_position_embeddings (checked before any forward)."),
     k: str = k_option("1-8", "The table covers these draft lengths."),
     repeats: int = typer.Option(20, "--repeats", metavar="N", help="Interleaved rounds; each entry is a median "
-                                "over them."),
+                                f"over them ({REPEATS_HELP})."),
     warmup: int = typer.Option(2, "--warmup", metavar="N", help="Rounds discarded first (the first forwards are "
-                               "slow)."),
+                               f"slow; 0..{MAX_WARMUP})."),
     temperature: float = temperature_option(1.0, "Temperature of the draws and verification timed in the "
                                                  "overhead (0 = greedy)."),
     top_k: int = top_k_option(0, "Top-k of the timed draws and verification (0 disables)."),
     top_p: float = top_p_option(1.0, "Top-p of the timed draws and verification, in (0, 1]."),
     min_p: float = min_p_option(0.0, "Min-p of the timed draws and verification, in [0, 1)."),
-    seed: int = seed_option("Seed of the timing order, the draws and (without --prompts) the context."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
+    seed: int = seed_option(f"Seed of the timing order, the draws and (without --prompts) the context; {SEED_HELP}."),
+    threads: Optional[int] = typer.Option(None, "--threads", help=f"torch threads, {THREADS_HELP} (default "
+                                          "min(2, cores))."),
     out: Optional[str] = typer.Option(None, "--out", metavar="FILE", help="Write the cost table (JSON) here."),
     as_json: bool = json_option("Print the cost table (JSON) on stdout."),
 ) -> None:
@@ -50,12 +56,12 @@ def cost_command(
     params = sampling_params(temperature, top_k, top_p, min_p)
     if prompts is not None and not os.path.isfile(prompts):
         fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
-    for flag, value, low in (("--repeats", repeats, 1), ("--warmup", warmup, 0),
-                             ("--max-new-tokens", max_new_tokens, 1)):
-        if value < low:
-            fail(f"{flag} {value} is invalid: use an integer >= {low}")
-    if context_length is not None and context_length < 1:
-        fail(f"--context-length {context_length} is invalid: use an integer >= 1")
+    check_range("--repeats", repeats, 1, MAX_REPEATS, "rounds")
+    check_range("--warmup", warmup, 0, MAX_WARMUP, "rounds")
+    check_range("--max-new-tokens", max_new_tokens, 1, MAX_TOKENS, "tokens")
+    check_range("--context-length", context_length, 1, MAX_TOKENS, "tokens")
+    check_threads(threads)
+    check_model_seed(seed)
     if out is not None:
         parent = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(parent):
@@ -63,19 +69,25 @@ def cost_command(
         if os.path.isdir(out):
             fail(f"--out {out} is a directory; give a file name (costs.json)")
     hf = import_hf()
-    with option_errors("--threads"):
-        hf.set_threads(threads)
-    with option_errors("--draft"):
-        hf.parse_draft_specs(draft) if draft else None
+    from fastspec.hf.costs import DEFAULT_CONTEXT_LENGTH, check_cost_context
+
+    set_threads(hf, threads)
+    if draft:
+        check_drafts(hf, draft)
     tmodel, tok, drafts = load_models(hf, target, draft)
     ids = hf.read_prompts(prompts, tok) if prompts is not None else None
+    flags = {"context_length": ("--context-length", context_length if context_length is not None else
+                                f"(default {DEFAULT_CONTEXT_LENGTH})"),
+             "max_new_tokens": ("--max-new-tokens", max_new_tokens)}
+    with argument_errors(flags):  # the context and the largest k + 1 fit every model: before any forward
+        check_cost_context(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
+                           context_length=context_length)
     start, advance, _, stop = progress_bar(stderr_console(), "measuring costs (rounds)", repeats + warmup, every=5)
     start()
     try:
-        with option_errors("--context-length"):
-            table = hf.measure_costs(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
-                                     context_length=context_length, repeats=repeats, warmup=warmup,
-                                     **params.as_dict(), seed=seed, progress=advance)
+        table = hf.measure_costs(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
+                                 context_length=context_length, repeats=repeats, warmup=warmup, **params.as_dict(),
+                                 seed=seed, progress=advance)
     finally:
         stop()
     if out is not None:

@@ -6,8 +6,10 @@ from typing import List, Optional
 import typer
 
 from ._common import fail, print_json, progress_bar, stderr_console
-from ._hf import check_options, eos_ids, ignore_eos_option, import_hf, load_models, sigterm_as_interrupt
-from ._options import (json_option, min_p_option, option_errors, parse_k, sampling_params, seed_option, target_option,
+from ._hf import (check_drafts, check_options, eos_ids, ignore_eos_option, import_hf, load_models, set_threads,
+                  sigterm_as_interrupt)
+from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_range,
+                       json_option, min_p_option, option_errors, parse_k, sampling_params, seed_option, target_option,
                        temperature_option, top_k_option, top_p_option)
 from .main import app
 
@@ -23,7 +25,9 @@ def dump_command(
                                 "{\"messages\": [...]}, {\"prompt\": ...})."),
     out: str = typer.Option(..., "--out", help="Output dump: DUMP.npz, or a directory of .npy files."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", metavar="N", help="Continuation length per prompt "
-                                        "(stops early at EOS unless --ignore-eos); the dump's T is always N."),
+                                        "(stops early at EOS unless --ignore-eos); the dump's T is always N; "
+                                        f"{TOKENS_HELP}, and the longest prompt + N - 1 within every model's "
+                                        "max_position_embeddings (checked before generating)."),
     ignore_eos: bool = ignore_eos_option(),
     temperature: float = temperature_option(1.0, "Temperature the continuation is sampled at (0 = greedy); "
                                             "recorded in the dump."),
@@ -31,19 +35,22 @@ def dump_command(
     top_p: float = top_p_option(1.0, "Top-p of the continuation sampling, in (0, 1]; recorded."),
     min_p: float = min_p_option(0.0, "Min-p of the continuation sampling, in [0, 1); recorded."),
     top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Save sparse top-K log-probabilities "
-                                             "(processed with the sampling parameters) instead of dense logits."),
+                                             "(processed with the sampling parameters) instead of dense logits; "
+                                             "1..2**24 (at most V are kept)."),
     dtype: str = typer.Option("float16", "--dtype", metavar="float16|float32", help="Dense logits' storage type "
                               "(float32: twice the size, no rounding of near-tied top tokens)."),
-    seed: int = seed_option("Seed of the continuation sampling (prompt i uses a seed derived from (seed, i))."),
+    seed: int = seed_option(f"Seed of the continuation sampling (prompt i uses a seed derived from (seed, i)); "
+                            f"{SEED_HELP}."),
     compress: Optional[bool] = typer.Option(None, "--compress/--no-compress", help="Deflate the .npz (default: on for "
                                             "sparse, off for dense)."),
     costs: bool = typer.Option(True, "--costs/--no-costs", help="Measure the real loop's costs on this machine "
                                "with these models and record them in the dump (array 'costs'; see fastspec cost)."),
     cost_repeats: int = typer.Option(10, "--cost-repeats", metavar="N", help="Interleaved rounds the costs are "
-                                     "medians of."),
+                                     f"medians of ({REPEATS_HELP})."),
     cost_k: str = typer.Option("1-8", "--cost-k", metavar="K", help="Draft lengths the recorded costs cover "
                                "(1,2,4 or 1-8)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
+    threads: Optional[int] = typer.Option(None, "--threads", help=f"torch threads, {THREADS_HELP} (default "
+                                          "min(2, cores))."),
     as_json: bool = json_option("Print a JSON summary of the written dump on stdout."),
 ) -> None:
     """Sample a continuation from the target for each prompt, record every model's logits along it, measure the
@@ -52,17 +59,21 @@ def dump_command(
     ks = parse_k(cost_k) if costs else []
     if dtype not in ("float16", "float32"):
         fail(f"--dtype {dtype}: use float16 or float32")
-    if cost_repeats < 1:
-        fail(f"--cost-repeats {cost_repeats} is invalid: use an integer >= 1")
+    check_range("--cost-repeats", cost_repeats, 1, MAX_REPEATS, "rounds")
+    check_options(max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save, seed=seed)
     hf = import_hf()
     from fastspec.hf.costs import DEFAULT_WARMUP
-    check_options(hf, max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save)
+    from fastspec.hf.dumping import check_dump_positions
+
+    set_threads(hf, threads)
     with option_errors("--out"):
         out = hf.check_dump_path(out)
-    with option_errors("--draft"):
-        hf.parse_draft_specs(draft) if draft else None
+    if draft:
+        check_drafts(hf, draft)
     tmodel, tok, drafts = load_models(hf, target, draft)
     ids = hf.read_prompts(prompts, tok)
+    with argument_errors({"max_new_tokens": ("--max-new-tokens", max_new_tokens), "cost_k": ("--cost-k", cost_k)}):
+        check_dump_positions(tmodel, drafts, ids, max_new_tokens, ks if costs else None)
     console = stderr_console()
     start, advance, _, stop = progress_bar(console, "dumping prompts", len(ids), every=1)
     cstart, cadvance, _, cstop = progress_bar(console, "measuring costs (rounds)", cost_repeats + DEFAULT_WARMUP,

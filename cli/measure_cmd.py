@@ -11,8 +11,10 @@ import typer
 from rich.table import Table
 
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
-from ._hf import check_options, eos_ids, ignore_eos_option, import_hf, load_models
-from ._options import (json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
+from ._hf import (check_drafts, check_options, eos_ids, ignore_eos_option, import_hf, load_models, model_labels,
+                  set_threads)
+from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_range,
+                       json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
                        target_option, temperature_option, top_k_option, top_p_option)
 from .main import app
 
@@ -40,31 +42,35 @@ def measure_command(
     top_p: float = top_p_option(1.0, "Top-p of the real loop and of the prediction, in (0, 1]."),
     min_p: float = min_p_option(0.0, "Min-p of the real loop and of the prediction, in [0, 1)."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", metavar="N", help="Tokens generated per prompt "
-                                        "(stops early at EOS unless --ignore-eos)."),
+                                        f"(stops early at EOS unless --ignore-eos); {TOKENS_HELP}, and the longest "
+                                        "prompt + N - 1 within every model's max_position_embeddings (checked "
+                                        "before any generation)."),
     ignore_eos: bool = ignore_eos_option(),
-    seed: int = seed_option("Seed (the real loop and the dump it makes derive their seeds from it)."),
-    repeats: int = typer.Option(1, "--repeats", help="Real-loop runs per prompt and configuration."),
-    max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="Use only the first N prompts of the file."),
+    seed: int = seed_option(f"Seed (the real loop and the dump it makes derive their seeds from it); {SEED_HELP}."),
+    repeats: int = typer.Option(1, "--repeats", help=f"Real-loop runs per prompt and configuration ({REPEATS_HELP})."),
+    max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="Use only the first N prompts of the file "
+                                              "(N >= 1; more than the file holds: all of them)."),
     dump: Optional[str] = typer.Option(None, "--dump", help="Predict from this existing dump of the same prompts "
                                        "(default: make one now, dense, from the same prompts)."),
-    top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Make the prediction dump sparse top-K."),
+    top_k_save: Optional[int] = typer.Option(None, "--top-k-save", help="Make the prediction dump sparse top-K "
+                                             "(1..2**24)."),
     save_dump: Optional[str] = typer.Option(None, "--save-dump", metavar="PATH", help="Keep the prediction dump it "
                                              "makes at this path."),
     costs: Optional[str] = typer.Option(None, "--costs", metavar="FILE", help="Cost table (JSON, see "
                                         "fastspec.costs) for the predicted speed-ups (default: measured now by "
                                         "fastspec.hf.measure_costs, with these models, prompts and threads)."),
     cost_repeats: int = typer.Option(20, "--cost-repeats", metavar="N", help="Interleaved rounds of the cost "
-                                     "measurement (medians)."),
+                                     f"measurement (medians; {REPEATS_HELP})."),
     hf_generate: bool = typer.Option(True, "--hf-generate/--no-hf-generate", help="Also time Hugging Face generate "
                                      "(plain decoding, same model, prompts and threads) next to fastspec's runner."),
-    trials: Optional[int] = typer.Option(None, "--trials", help="simulate's Monte-Carlo replays per sequence."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default min(2, cores))."),
+    trials: Optional[int] = typer.Option(None, "--trials", help="simulate's Monte-Carlo replays per sequence "
+                                         "(simulate's bounds)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help=f"torch threads, {THREADS_HELP} (default "
+                                          "min(2, cores))."),
     as_json: bool = json_option(),
 ) -> None:
     """Measured tokens per verify step and wall-clock speed-up over plain decoding (95% CIs over prompts) per
     (draft, k), next to the prediction from a dump and a cost table, with relative errors and z."""
-    from fastspec.hf.args import positive_int
-
     ks = parse_k(k)
     params = sampling_params(temperature, top_k, top_p, min_p)
     if dump is not None and not os.path.exists(dump):
@@ -78,29 +84,34 @@ def measure_command(
 
         with option_errors("--trials"):  # simulate's bounds, before any model is loaded
             check_trials(trials, "bernoulli")
-    hf = import_hf()
-    check_options(hf, max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save)
-    with option_errors("--repeats"):
-        positive_int("repeats", repeats)
-    if save_dump is not None:
-        with option_errors("--save-dump"):
-            hf.check_dump_path(save_dump)
-    with option_errors("--cost-repeats"):
-        positive_int("cost_repeats", cost_repeats)
+    check_range("--repeats", repeats, 1, MAX_REPEATS, "runs")
+    check_range("--cost-repeats", cost_repeats, 1, MAX_REPEATS, "rounds")
+    check_options(max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save, seed=seed)
     table = None
-    if costs is not None:
+    if costs is not None:  # a regular file of bounded size, read before torch is imported
         from fastspec.costs import CostTable
 
         with option_errors("--costs"):
             table = CostTable.from_file(costs)
-    with option_errors("--draft"):
-        specs = hf.parse_draft_specs(draft)  # a malformed n-gram specification: one line, before any loading
+    hf = import_hf()
+    set_threads(hf, threads)
+    if save_dump is not None:
+        with option_errors("--save-dump"):
+            hf.check_dump_path(save_dump)
+    specs = check_drafts(hf, draft)  # a malformed n-gram specification: one line, before any loading
     tmodel, tok, drafts = load_models(hf, target, specs)
     from fastspec.ngram import NgramProposer
 
     models = {n: m for n, m in drafts.items() if not isinstance(m, NgramProposer)}
     ngrams = {n: m for n, m in drafts.items() if isinstance(m, NgramProposer)}
     ids = hf.read_prompts(prompts, tok)[:max_prompts]
+    from fastspec.hf.args import check_generation_positions
+    from fastspec.hf.costs import check_cost_context
+
+    with argument_errors({"max_new_tokens": ("--max-new-tokens", max_new_tokens)}):  # before any generation
+        check_generation_positions(model_labels(tmodel, drafts), ids, max_new_tokens)
+        if table is None:  # the cost measurement's context (median prompt + N // 2) + the largest k + 1
+            check_cost_context(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens)
     eos = eos_ids(hf, tmodel, tok, ignore_eos)
     console = stderr_console()
     notes = []

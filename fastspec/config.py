@@ -33,6 +33,31 @@ MAX_WHOLE_ARRAY_BYTES = 1 << 30
 #: sparse rows: sum(exp(top-k logprobs)) may exceed 1 by this much (float16/32 rounding)
 LOGPROB_SUM_TOLERANCE = 1e-3
 
+# ---- cost tables (fastspec.costs)
+#: a cost table is a few kilobytes of JSON; a file or a dump's ``costs`` array larger than this is refused unread
+MAX_TABLE_BYTES = 1 << 20
+#: every time in a table (forwards, overheads) lies in this range of seconds (standard errors in [0, max]): a
+#: measured time is never zero (it would divide), and anything outside is a unit mistake whose squares and sums
+#: could overflow a float
+SECONDS_RANGE = (1e-9, 1e6)
+#: the largest n (new tokens of a forward) or k a table may name (k <= 256 drafts x 64 candidates + 1 fits)
+MAX_ENTRY_N = 1 << 20
+
+# ---- n-gram proposers (fastspec.ngram)
+#: the longest n-gram a proposer may match (a scan compares at most max_n tokens per position)
+MAX_NGRAM = 1024
+#: the most tokens one proposal may hold
+MAX_PROPOSAL = 1 << 16
+
+# ---- real-model runs (fastspec.hf and the dump, cost and measure commands, checked before torch is imported)
+#: the longest continuation (``max_new_tokens``) and cost context (``context_length``): 2**20 tokens, hours of CPU
+#: decoding and above the position limit of the models such a run is for, while an array sized by it stays
+#: allocatable (10**12 would ask for terabytes before the position check could run)
+MAX_NEW_TOKENS = 1 << 20
+#: timing rounds (``--repeats``, ``--cost-repeats``) and discarded warm-up rounds (``--warmup``): run-time guards
+MAX_REPEATS = 1000
+MAX_WARMUP = 100
+
 # ---- analysis and simulation
 #: largest draft length k anywhere (simulate, inspect, the DP, the real loop)
 MAX_K = 256

@@ -24,7 +24,14 @@ to a file, or someone measured a GPU deployment by hand)::
   without a model that proposes all its tokens in one call (n-gram lookup) records the time of that call as
   ``forward_s["1"]`` and ``"one_call_per_step": true``;
 * ``overhead_s[k]``: everything else fastspec does in a step with k drafts (sampling the drafts, ``verify_logits``,
-  cropping both caches); ``overhead_s["0"]`` is a plain decoding step's sampling.
+  cropping both caches); ``overhead_s["0"]`` is a plain decoding step's sampling (required).
+
+Nothing is substituted: a k whose ``target.forward_s[k + 1]`` or ``overhead_s[k]`` the table lacks is not priced
+(the simulator says which entries are missing), and plain decoding is always ``target(1) + overhead(0)``.  Times
+lie in [1e-9, 1e6] seconds (standard errors in [0, 1e6]), keys are integers up to 2**20, ``threads``,
+``repeats`` and ``context_length`` are integers, ``machine`` and ``note`` short text; unknown keys are refused at
+every level.  A table is at most :data:`MAX_TABLE_BYTES` of UTF-8 JSON (a file or a dump's ``costs`` array);
+files must be regular files (a FIFO or a device is refused before it is opened).
 
 The loop's calls give the **cost model** (:class:`LoopCost`): a verify step with k drafts costs
 
@@ -39,51 +46,139 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from .config import MAX_ENTRY_N, MAX_TABLE_BYTES, SECONDS_RANGE
 from .errors import InvalidInput, InvalidType
 
-__all__ = ["CostTable", "LoopCost", "COST_TABLE_VERSION"]
+__all__ = ["CostTable", "LoopCost", "COST_TABLE_VERSION", "MAX_TABLE_BYTES", "SECONDS_RANGE", "read_json_file",
+           "parse_json"]
 
 COST_TABLE_VERSION = 1
 _TOP_KEYS = {"version", "machine", "threads", "context_length", "target", "drafts", "overhead_s", "overhead_s_se",
              "repeats", "note"}
+_TARGET_KEYS = {"forward_s", "forward_s_se"}
+_DRAFT_KEYS = {"forward_s", "forward_s_se", "one_call_per_step"}
+_MAX_TEXT = 10_000  # characters of the free-text fields (machine, note)
+
+
+def parse_json(text: str, what: str):
+    """``json.loads(text)`` whose every failure is an :class:`InvalidInput` naming ``what``: syntax errors,
+    NaN/Infinity (not JSON), nesting too deep for the parser, numbers with more digits than Python converts."""
+    def constant(name):
+        raise InvalidInput(f"{what}: {name} is not valid JSON (give finite numbers)")
+
+    try:
+        return json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{what}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise InvalidInput(f"{what}: JSON nested too deeply to be a table") from None
+    except ValueError as exc:  # the int-digit limit of int(), raised by the decoder (not a JSONDecodeError)
+        if isinstance(exc, InvalidInput):
+            raise
+        raise InvalidInput(f"{what}: a number has too many digits ({exc})") from None
+
+
+def read_json_file(path, what: str, max_bytes: int = MAX_TABLE_BYTES):
+    """The JSON value of the regular file ``path`` (at most ``max_bytes``, UTF-8), or an :class:`InvalidInput`
+    naming ``what`` and the path: missing, a directory, a FIFO or a device (refused before anything is opened, so
+    nothing blocks or reads without end), too large, not UTF-8, not JSON."""
+    from .io.files import DIRECTORY, MISSING, REGULAR, entry_kind
+
+    path = os.fspath(path)
+    kind = entry_kind(path)
+    if kind == MISSING:
+        raise InvalidInput(f"{what}: no such file {path!r}")
+    if kind != REGULAR:
+        hint = "; give a JSON file inside it" if kind == DIRECTORY else ""
+        raise InvalidInput(f"{what}: {path!r} is {kind}, not a regular file{hint}")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{what}: cannot read {path!r} ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise InvalidInput(f"{what}: {path!r} is larger than {max_bytes} bytes; a cost table is a few kilobytes "
+                           "of JSON")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{what}: {path!r} is not UTF-8 text (byte {exc.start})") from None
+    return parse_json(text, f"{what} ({path})")
 
 
 def int_keyed(obj, where: str, first: int, form: str) -> list:
-    """[(n, key, value)] of a non-empty JSON object whose keys are integers >= first (``form``: what such an
-    object looks like, for the message)."""
+    """[(n, key, value)] of a non-empty JSON object whose keys are integers in [first, MAX_ENTRY_N] (``form``: what
+    such an object looks like, for the message)."""
     if not isinstance(obj, Mapping) or not obj:
         raise InvalidInput(f"{where} must be a non-empty object {form}")
     out = []
     for key, val in obj.items():
-        try:
-            n = int(key)
-        except (TypeError, ValueError):
-            raise InvalidInput(f"{where}: key {key!r} is not an integer") from None
-        if n < first or str(n) != str(key).strip():
-            raise InvalidInput(f"{where}: key {key!r} must be an integer >= {first}")
+        text = str(key).strip()
+        if not (text.isascii() and text.isdigit()) or len(text) > 7:
+            raise InvalidInput(f"{where}: key {str(key)[:40]!r} is not an integer in [{first}, {MAX_ENTRY_N}]")
+        n = int(text)
+        if n < first or n > MAX_ENTRY_N or str(n) != text:
+            raise InvalidInput(f"{where}: key {key!r} must be an integer in [{first}, {MAX_ENTRY_N}]")
         out.append((n, key, val))
     return out
 
 
 def _seconds(obj, where: str, *, first: int, positive: bool = True) -> dict[int, float]:
-    """{n: seconds} from a JSON object keyed by integers >= first: finite values > 0 (a measured time is never
-    zero, and a zero would divide), or >= 0 when not ``positive`` (standard errors)."""
+    """{n: seconds} from a JSON object keyed by integers >= first: times in :data:`SECONDS_RANGE` (a measured time is
+    never zero, and a zero would divide), or standard errors in [0, max] when not ``positive``."""
+    lo, hi = SECONDS_RANGE
     out = {}
     for n, key, val in int_keyed(obj, f"cost table: {where}", first, '{"n": seconds, ...}'):
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0 or \
-                (positive and val == 0):
-            raise InvalidInput(f"cost table: {where}[{key!r}] = {val!r} must be a finite number of seconds "
-                               f"{'> 0' if positive else '>= 0'}")
-        out[n] = float(val)
+        ok = not isinstance(val, bool) and isinstance(val, (int, float))
+        if ok:
+            try:
+                f = float(val)
+            except OverflowError:  # an integer too large for a float
+                f = math.inf
+            ok = math.isfinite(f) and (lo <= f <= hi if positive else 0 <= f <= hi)
+        if not ok:
+            shown = repr(val) if not isinstance(val, (str, int)) or len(repr(val)) <= 40 else repr(val)[:40] + "..."
+            want = f"> 0 (in [{lo:g}, {hi:g}])" if positive else f">= 0 (at most {hi:g})"
+            raise InvalidInput(f"cost table: {where}[{key!r}] = {shown} must be a finite number of seconds {want}")
+        out[n] = f
     return out
 
 
 def _optional(obj, key, where, first):
     """Standard errors (``*_se``): optional, >= 0."""
     return _seconds(obj[key], f"{where}.{key}", first=first, positive=False) if key in obj else {}
+
+
+def _unknown(obj, allowed, where):
+    extra = set(obj) - allowed
+    if extra:
+        raise InvalidInput(f"cost table: {where}unknown key(s) {', '.join(sorted(map(repr, extra)))}; expected "
+                           f"{', '.join(sorted(allowed))}")
+
+
+def _info(obj) -> dict:
+    """The informational fields, checked: machine and note are text, threads/repeats integers >= 1,
+    context_length an integer >= 0."""
+    info = {}
+    for key in ("machine", "threads", "context_length", "repeats", "note"):
+        if key not in obj:
+            continue
+        val = obj[key]
+        if key in ("machine", "note"):
+            if not isinstance(val, str) or len(val) > _MAX_TEXT:
+                raise InvalidInput(f"cost table: {key} must be text of at most {_MAX_TEXT} characters")
+        else:
+            low = 0 if key == "context_length" else 1
+            if isinstance(val, bool) or not isinstance(val, int) or not low <= val <= MAX_ENTRY_N * 64:
+                shown = repr(val) if len(repr(val)) <= 40 else repr(val)[:40] + "..."
+                raise InvalidInput(f"cost table: {key} = {shown} must be an integer in [{low}, {MAX_ENTRY_N * 64}]")
+        info[key] = val
+    return info
 
 
 @dataclass(frozen=True)
@@ -103,12 +198,10 @@ class CostTable:
     def from_dict(cls, obj) -> "CostTable":
         if not isinstance(obj, Mapping):
             raise InvalidType(f"cost table must be a JSON object, got {type(obj).__name__}")
-        unknown = set(obj) - _TOP_KEYS
-        if unknown:
-            raise InvalidInput(f"cost table: unknown key(s) {', '.join(sorted(map(repr, unknown)))}; expected "
-                               f"{', '.join(sorted(_TOP_KEYS))}")
-        if obj.get("version", COST_TABLE_VERSION) != COST_TABLE_VERSION:
-            raise InvalidInput(f"cost table: version {obj.get('version')!r} is not supported (expected "
+        _unknown(obj, _TOP_KEYS, "")
+        version = obj.get("version", COST_TABLE_VERSION)
+        if type(version) is not int or version != COST_TABLE_VERSION:
+            raise InvalidInput(f"cost table: version {version!r} is not supported (expected the integer "
                                f"{COST_TABLE_VERSION})")
         for key in ("target", "drafts", "overhead_s"):
             if key not in obj:
@@ -116,6 +209,7 @@ class CostTable:
         target = obj["target"]
         if not isinstance(target, Mapping) or "forward_s" not in target:
             raise InvalidInput("cost table: target must be an object with forward_s {\"1\": seconds, ...}")
+        _unknown(target, _TARGET_KEYS, "target: ")
         tf = _seconds(target["forward_s"], "target.forward_s", first=1)
         if 1 not in tf:
             raise InvalidInput("cost table: target.forward_s needs n = 1 (a plain decoding step)")
@@ -126,38 +220,72 @@ class CostTable:
         for name, entry in drafts.items():
             if not isinstance(entry, Mapping) or "forward_s" not in entry:
                 raise InvalidInput(f"cost table: drafts[{name!r}] must be an object with forward_s")
+            _unknown(entry, _DRAFT_KEYS, f"drafts[{name!r}]: ")
             df[name] = _seconds(entry["forward_s"], f"drafts[{name!r}].forward_s", first=1)
             if 1 not in df[name]:
                 raise InvalidInput(f"cost table: drafts[{name!r}].forward_s needs n = 1")
             dse[name] = _optional(entry, "forward_s_se", f"drafts[{name!r}]", 1)
-            extra = set(entry) - {"forward_s", "forward_s_se", "one_call_per_step"}
-            if extra:
-                raise InvalidInput(f"cost table: drafts[{name!r}]: unknown key(s) {', '.join(sorted(extra))}")
             flag = entry.get("one_call_per_step", False)
             if not isinstance(flag, bool):
                 raise InvalidInput(f"cost table: drafts[{name!r}].one_call_per_step must be true or false")
             if flag:
                 one.add(name)
         ov = _seconds(obj["overhead_s"], "overhead_s", first=0)
-        info = {k: obj[k] for k in ("machine", "threads", "context_length", "repeats", "note") if k in obj}
+        if 0 not in ov:
+            raise InvalidInput("cost table: overhead_s needs k = 0 (a plain decoding step's sampling): every "
+                               "speed-up is relative to plain decoding")
         return cls(tf, df, frozenset(one), ov, _optional(target, "forward_s_se", "target", 1), dse,
-                   _optional(obj, "overhead_s_se", "cost table", 0), info)
+                   _optional(obj, "overhead_s_se", "cost table", 0), _info(obj))
 
     @classmethod
-    def from_json(cls, text: str) -> "CostTable":
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"cost table: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        return cls.from_dict(obj)
+    def from_json(cls, text: str, what: str = "cost table") -> "CostTable":
+        if len(text) > MAX_TABLE_BYTES:
+            raise InvalidInput(f"{what}: {len(text)} characters; a cost table is a few kilobytes of JSON (at most "
+                               f"{MAX_TABLE_BYTES})")
+        return cls.from_dict(parse_json(text, what))
 
     @classmethod
     def from_file(cls, path) -> "CostTable":
+        """The table in the JSON file ``path``: a regular file of at most :data:`MAX_TABLE_BYTES` (a FIFO, a
+        device or a directory is refused before it is opened)."""
+        obj = read_json_file(path, "cost table")
         try:
-            with open(path, encoding="utf-8") as fh:
-                return cls.from_json(fh.read())
-        except FileNotFoundError:
-            raise InvalidInput(f"cost table: no such file {str(path)!r}") from None
+            return cls.from_dict(obj)
+        except (InvalidInput, InvalidType) as exc:  # the file's name with what is wrong inside it
+            raise type(exc)(f"{os.fspath(path)}: {exc}") from None
+
+    @classmethod
+    def of(cls, costs, what: str = "costs") -> "CostTable":
+        """``costs`` as a table: a :class:`CostTable` as it is, a mapping in the JSON schema, or a path to a JSON
+        file (:meth:`from_file`)."""
+        if isinstance(costs, CostTable):
+            return costs
+        if isinstance(costs, Mapping):
+            return cls.from_dict(costs)
+        if isinstance(costs, (str, os.PathLike)):
+            return cls.from_file(costs)
+        raise InvalidType(f"{what} must be a CostTable, a mapping in its JSON schema or a path to a JSON cost table, "
+                          f"got {type(costs).__name__}")
+
+    def plain_step_s(self) -> float:
+        """Seconds per token of plain decoding: target(1) + overhead(0) (both required by the schema)."""
+        return self.target_forward_s[1] + self.overhead_s[0]
+
+    def missing(self, draft: str, k: int, *, target_n: int | None = None, every_j: bool = False) -> list[str]:
+        """The entries a verify step with k drafts of ``draft`` needs and the table lacks, as JSON paths
+        (``target.forward_s["5"]``, ``overhead_s["4"]``): target(k + 1) (or ``target_n``) and overhead(k); with
+        ``every_j``, those of every j = 1..k (an n-gram step proposes any number up to k)."""
+        out = []
+        js = range(1, k + 1) if every_j else [k]
+        for j in js:
+            n = target_n if target_n is not None else j + 1
+            if n not in self.target_forward_s:
+                out.append(f'target.forward_s["{n}"]')
+            if j not in self.overhead_s:
+                out.append(f'overhead_s["{j}"]')
+        if draft in self.draft_forward_s and 1 not in self.draft_forward_s[draft]:  # pragma: no cover - schema
+            out.append(f'drafts["{draft}"].forward_s["1"]')
+        return out
 
     def as_dict(self) -> dict:
         def keyed(d):
@@ -192,7 +320,8 @@ class CostTable:
 
 def _at(table: dict, n: int, what: str) -> float:
     if n not in table:
-        raise InvalidInput(f"cost table has no {what} for n = {n}; it covers n = {', '.join(map(str, sorted(table)))}")
+        raise InvalidInput(f"cost table has no {what} for {'k' if what == 'overhead' else 'n'} = {n}; it covers "
+                           f"{', '.join(map(str, sorted(table)))}")
     return table[n]
 
 
@@ -205,7 +334,7 @@ class LoopCost:
 
     def plain_step_s(self) -> float:
         """Seconds per token of plain decoding: target(1) + overhead(0)."""
-        return _at(self.table.target_forward_s, 1, "target forward") + self._overhead(0)
+        return self.table.plain_step_s()
 
     def step_s(self, k: int, p_all_accepted: float = 0.0) -> float:
         """Expected seconds of one verify step with k drafts (the first draft forward feeds two tokens with
@@ -220,8 +349,8 @@ class LoopCost:
         return drafting + _at(t.target_forward_s, k + 1, "target forward") + self._overhead(k)
 
     def _overhead(self, k: int) -> float:
-        over = self.table.overhead_s
-        return over[k] if k in over else over[max(over)]
+        """overhead(k): measured, never substituted (a k the table lacks is not priced)."""
+        return _at(self.table.overhead_s, k, "overhead")
 
     def speedup(self, tokens_per_step: float, k: int, p_all_accepted: float = 0.0) -> float:
         """Tokens per second of speculative decoding relative to plain decoding."""

@@ -21,7 +21,6 @@ only inside :func:`run_on_cluster`, so importing fastspec never imports dask.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import uuid
 
@@ -49,11 +48,9 @@ def _probe_worker():
     """(host name, usable cores) of the worker process this runs in."""
     import socket
 
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return socket.gethostname(), cpus
+    from .machine import available_cpus
+
+    return socket.gethostname(), available_cpus()
 
 
 def _threads_per_host(client) -> dict:

@@ -55,9 +55,11 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ._numba.jit import kernel
+from .config import MAX_NGRAM, MAX_PROPOSAL
 from .errors import InvalidInput, InvalidType
 
-__all__ = ["NgramProposer", "Proposals", "propose", "proposals_along", "draft_batch", "OCCURRENCES"]
+__all__ = ["NgramProposer", "Proposals", "propose", "proposals_along", "draft_batch", "OCCURRENCES", "MAX_NGRAM",
+           "MAX_PROPOSAL"]
 
 OCCURRENCES = ("latest", "earliest")
 
@@ -109,19 +111,21 @@ def _along(tokens, prompt_len, k, min_n, max_n, latest, drafts, num_draft, num_m
 
 
 # --------------------------------------------------------------------------------------------- validation
-def _count(name: str, value, low: int, what: str) -> int:
+def _count(name: str, value, low: int, high: int, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise InvalidType(f"{name} must be an integer >= {low} ({what}), got {type(value).__name__} {value!r}")
-    if value < low:
-        raise InvalidInput(f"{name} = {int(value)} is invalid: {what} must be >= {low}")
+        raise InvalidType(f"{name} must be an integer in [{low}, {high}] ({what}), got {type(value).__name__} "
+                          f"{value!r}")
+    if not low <= value <= high:
+        shown = str(int(value)) if len(str(int(value))) <= 30 else str(int(value))[:30] + "..."
+        raise InvalidInput(f"{name} = {shown} is invalid: {what} must be in [{low}, {high}]")
     return int(value)
 
 
 def _check(k, min_n, max_n, occurrence) -> tuple[int, int, int, bool]:
-    """(k, min_n, max_n, latest) validated."""
-    k = _count("k", k, 1, "the number of tokens to propose")
-    min_n = _count("min_n", min_n, 1, "the shortest n-gram to match")
-    max_n = _count("max_n", max_n, 1, "the longest n-gram to match")
+    """(k, min_n, max_n, latest) validated: k in [1, MAX_PROPOSAL], n in [1, MAX_NGRAM]."""
+    k = _count("k", k, 1, MAX_PROPOSAL, "the number of tokens to propose")
+    min_n = _count("min_n", min_n, 1, MAX_NGRAM, "the shortest n-gram to match")
+    max_n = _count("max_n", max_n, 1, MAX_NGRAM, "the longest n-gram to match")
     if min_n > max_n:
         raise InvalidInput(f"min_n = {min_n} is greater than max_n = {max_n}: pass min_n <= max_n (the shortest "
                            "and the longest n-gram to match)")
@@ -179,7 +183,7 @@ class Proposals:
 
     def truncated(self, k: int) -> "Proposals":
         """The proposals of the same proposer with ``k`` no larger than this one's (the first k tokens)."""
-        k = _count("k", k, 1, "the number of tokens to propose")
+        k = _count("k", k, 1, MAX_PROPOSAL, "the number of tokens to propose")
         if k > self.draft_tokens.shape[1]:
             raise InvalidInput(f"k = {k} exceeds the k = {self.draft_tokens.shape[1]} these proposals were made "
                                "with: compute them with the largest k needed")
@@ -211,7 +215,7 @@ def draft_batch(proposals: Sequence[Sequence[int] | np.ndarray], k: int | None =
     proposal.  Target position ``num_draft[b]`` of row b holds its bonus distribution."""
     rows = [_token_ids(f"proposals[{b}]", p) for b, p in enumerate(proposals)]
     longest = max((r.shape[0] for r in rows), default=0)
-    K = longest if k is None else _count("k", k, 0, "the number of draft positions")
+    K = longest if k is None else _count("k", k, 0, MAX_PROPOSAL, "the number of draft positions")
     if longest > K:
         b = next(b for b, r in enumerate(rows) if r.shape[0] > K)
         raise InvalidInput(f"proposals[{b}] has {rows[b].shape[0]} tokens, more than k = {K}: pass a larger k")

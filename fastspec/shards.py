@@ -187,8 +187,8 @@ class ShardedDump(DumpBase):
 
     Attributes like :class:`fastspec.io.Dump`: ``path``, ``kind``, ``drafts``, ``N`` (total), ``T``, ``V``,
     ``k``, ``lengths`` (concatenated), ``tokens`` (concatenated or None), ``prompt_tokens`` / ``prompt_lengths``
-    (concatenated, padded to the widest shard, or None), ``costs`` (the first shard's cost table or None;
-    ``costs_differ`` when another shard recorded a different one), ``metadata``, ``arrays`` (shapes
+    (concatenated, padded to the widest shard, or None), ``costs`` (the first recorded cost table or None;
+    ``costs_differ`` when another shard recorded a different one or none), ``metadata``, ``arrays`` (shapes
     with the total N), ``size_on_disk``; plus ``shards`` (paths), ``offsets`` (first global sequence of each
     shard, and N at the end), ``row_offset`` (0: row ids are already global) and ``last_run`` (how the last
     :meth:`acceptance` ran).  Only headers and the small arrays are read when opening; no shard stays open.
@@ -218,9 +218,10 @@ class ShardedDump(DumpBase):
         self.lengths = np.concatenate([s.lengths for s in self._info]).astype(np.int64)
         self.tokens = np.concatenate([s.tokens for s in self._info]) if self._info[0].tokens is not None else None
         self.prompt_tokens, self.prompt_lengths = self._prompts()
-        # the first shard's cost table; shards measured apart may differ (``costs_differ``: simulate says so)
+        # the first recorded cost table, whichever shard holds it; ``costs_differ`` (simulate says so) when another
+        # shard recorded a different one or none: the set's order must not decide whether it is priced
         tables = [s.costs.as_dict() if s.costs is not None else None for s in self._info]
-        self.costs = self._info[0].costs
+        self.costs = next((s.costs for s in self._info if s.costs is not None), None)
         self.costs_differ = any(t != tables[0] for t in tables[1:])
         self.last_run: dict | None = None
 

@@ -26,21 +26,27 @@ def test_round_trip_and_the_loop_arithmetic():
     assert c.step_s(2, 0.0) == pytest.approx(0.004 + 0.004 + 0.022 + 0.0012)
     assert c.step_s(2, 1.0) == pytest.approx(0.005 + 0.004 + 0.022 + 0.0012)
     assert c.speedup(1.8, 2, 0.5) == pytest.approx(1.8 * 0.0205 / (0.0045 + 0.004 + 0.022 + 0.0012))
-    # overhead beyond the measured k: the largest measured k; target forward must be measured
-    assert c.step_s(4, 0.0) == pytest.approx(4 * 0.004 + 0.025 + 0.0012)
+    # nothing is substituted: overhead and target forward must both be measured at k (issue #19, item 2)
+    with pytest.raises(ValueError, match="no overhead for k = 4"):
+        c.step_s(4, 0.0)
     with pytest.raises(ValueError, match="no target forward for n = 4"):
         c.step_s(3)
+    assert t.missing("small", 4) == ['overhead_s["4"]'] and t.missing("small", 3) == ['target.forward_s["4"]',
+                                                                                        'overhead_s["3"]']
+    assert t.missing("small", 2) == [] and t.missing("ngram", 4, every_j=True) == [
+        'target.forward_s["4"]', 'overhead_s["3"]', 'overhead_s["4"]']
     # the n-gram proposer: one call per step, whatever k
-    g = t.loop_cost("ngram")
-    assert g.step_s(4, 0.3) == pytest.approx(0.00002 + 0.025 + 0.0012)
-    assert 0 < c.relative_se(4, 0.2) < 0.2
+    full = CostTable.from_dict({**TABLE, "overhead_s": {**TABLE["overhead_s"], "4": 0.0013}})
+    g = full.loop_cost("ngram")
+    assert g.step_s(4, 0.3) == pytest.approx(0.00002 + 0.025 + 0.0013)
+    assert 0 < full.loop_cost("small").relative_se(4, 0.2) < 0.2
 
 
 @pytest.mark.parametrize("mutate, match", [
     (lambda t: t.pop("target"), "'target' is missing"),
     (lambda t: t["target"]["forward_s"].pop("1"), "needs n = 1"),
     (lambda t: t["target"]["forward_s"].update({"x": 1.0}), "not an integer"),
-    (lambda t: t["target"]["forward_s"].update({"0": 1.0}), ">= 1"),
+    (lambda t: t["target"]["forward_s"].update({"0": 1.0}), r"integer in \[1, 1048576\]"),
     (lambda t: t["overhead_s"].update({"1": -1}), "seconds > 0"),
     (lambda t: t["target"]["forward_s"].update({"2": 0}), "seconds > 0"),
     (lambda t: t["drafts"]["small"]["forward_s_se"].update({"1": -0.1}), "seconds >= 0"),

@@ -168,7 +168,7 @@ def test_cost_command_writes_a_valid_table(dirs, tmp_path):
 
 
 @pytest.mark.parametrize("args, match", [
-    (["--draft", "ngram5-2"], "'ngram5-2': min_n = 5 is greater than max_n = 2"),
+    (["--draft", "ngram5-2"], "'ngram5-2': MIN 5 is greater than MAX 2"),
     (["--draft", "ngram:x"], "write ngram or ngramMIN-MAX"),
     (["--draft", "=exit1"], "draft name"),
     (["--draft", "exit9"], "exit depth"),

@@ -231,7 +231,7 @@ def test_ngram_prediction_priced_by_its_own_entry(target, tmp_path):
     table = CostTable.from_dict({"target": {"forward_s": {str(i): 0.01 + 0.001 * i for i in range(1, 4)},
                                             "forward_s_se": {"1": 0.0002}},
                                  "drafts": {"look": {"forward_s": {"1": 0.00001}, "one_call_per_step": True}},
-                                 "overhead_s": {"0": 0.0002, "2": 0.0004}})
+                                 "overhead_s": {"0": 0.0002, "1": 0.0003, "2": 0.0004}})
     pred = P.predict(path, [], [2], ngram={"look": hf.loop.as_ngram("ngram:2-3")}, costs=table)
     sp = pred.speedup("look", 2)
     assert sp is not None and sp["ci95"][0] < sp["estimate"] < sp["ci95"][1]

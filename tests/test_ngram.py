@@ -165,7 +165,7 @@ def test_proposer_record_and_describe():
 
 # --------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("call, exc, pat", [
-    (lambda: propose([1, 2], 0), InvalidInput, r"k = 0 .*number of tokens to propose must be >= 1"),
+    (lambda: propose([1, 2], 0), InvalidInput, r"k = 0 .*number of tokens to propose must be in \[1, 65536\]"),
     (lambda: propose([1, 2], 2.0), InvalidType, r"k must be an integer"),
     (lambda: propose([1, 2], True), InvalidType, r"k must be an integer"),
     (lambda: propose([1, 2], 2, min_n=0), InvalidInput, r"min_n = 0"),

@@ -206,8 +206,8 @@ def test_verify_cost_parsing(spec, k, value):
 
 
 @pytest.mark.parametrize("spec, match", [("1+x", "not understood"), ('{"a": 1}', "not an integer"),
-                                         ("{", "invalid JSON"), ('{"1": -1}', "> 0"), ("nofile/x.json", "no such file"),
-                                         ('{"2": "x"}', "not a number")])
+                                         ("{", "not valid JSON"), ('{"1": -1}', "> 0"),
+                                         ("nofile/x.json", "no such file"), ('{"2": "x"}', "not a number")])
 def test_verify_cost_errors(spec, match):
     with pytest.raises(ValueError, match=match):
         VerifyCost.parse(spec)

@@ -110,7 +110,7 @@ def _saved(tmp_path, name="t.npz", rows=slice(None), costs=None, drafts=None):
 
 NGRAM_COSTS = {"version": 1, "target": {"forward_s": {str(n): 0.02 + 0.002 * n for n in range(1, 6)}},
                "drafts": {"ngram": {"forward_s": {"1": 0.00003}, "one_call_per_step": True}},
-               "overhead_s": {"0": 0.0002, "4": 0.0004}}
+               "overhead_s": {"0": 0.0002, "1": 0.0003, "2": 0.00035, "3": 0.00038, "4": 0.0004}}
 
 
 def test_simulate_target_only_dump_defaults_to_ngram(tmp_path):
@@ -154,7 +154,7 @@ def test_ngram_speedup_by_hand(tmp_path):
                 continue
             res = verify_logits(d.logits[n:n + 1, t:t + dd + 1], None, prop[None, :dd], temperature=0.0)
             a = int(res.num_accepted[0])
-            total_time += call + t_fwd[str(dd + 1)] + over.get(str(dd), over["4"])
+            total_time += call + t_fwd[str(dd + 1)] + over[str(dd)]
             t += a + 1
         total_tokens += L
     r = simulate(p, k=k).results[0]

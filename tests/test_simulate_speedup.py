@@ -24,7 +24,7 @@ TABLE = {
                "forward_s_se": {str(n): 0.0002 for n in range(1, 10)}},
     "drafts": {"d": {"forward_s": {"1": 0.006, "2": 0.0065}, "forward_s_se": {"1": 0.0001, "2": 0.0001}},
                "e": {"forward_s": {"1": 0.015}}},
-    "overhead_s": {"0": 0.0002, "1": 0.0004, "4": 0.0005},
+    "overhead_s": {"0": 0.0002, "1": 0.0004, "2": 0.00045, "4": 0.0005},
 }
 
 
@@ -55,7 +55,7 @@ def _by_hand(path, draft, k, table):
     d1, d2 = t["drafts"][draft]["forward_s"]["1"], t["drafts"][draft]["forward_s"].get("2")
     d2 = d1 if d2 is None else d2
     over = t["overhead_s"]
-    ov = over.get(str(k), over[max(over, key=int)])
+    ov = over[str(k)]  # measured, never substituted
     step = p_all * d2 + (1 - p_all) * d1 + (k - 1) * d1 + t["target"]["forward_s"][str(k + 1)] + ov
     plain = t["target"]["forward_s"]["1"] + over["0"]
     s = m * plain / step
@@ -77,13 +77,14 @@ def test_speedup_from_a_cost_table_is_the_loops_model(dense):
         assert lo < r.speedup < hi
         rel = CostTable.from_dict(TABLE).loop_cost(r.draft).relative_se(r.k, r.p_all_accepted)
         assert rel > 0  # the costs' standard errors widen the prompts' interval, in quadrature
-        assert (hi - lo) / 2 == pytest.approx(s * math.hypot(half / m, Z95 * rel), rel=1e-9)
+        assert math.log(hi / lo) / 2 == pytest.approx(math.hypot(half / m, Z95 * rel), rel=1e-9)
+        assert lo * hi == pytest.approx(s * s, rel=1e-12)  # symmetric on the log scale
     json.dumps(res.as_dict())  # JSON-ready (no numpy scalars)
     bare = json.loads(json.dumps(TABLE))  # no standard errors: the interval is the prompts' alone
     del bare["target"]["forward_s_se"], bare["drafts"]["d"]["forward_s_se"]
     for r in simulate(dense, k=[1, 4], costs=bare, trials=20).results:
         s, m, half = _by_hand(dense, r.draft, r.k, bare)
-        assert (r.speedup_ci95[1] - r.speedup_ci95[0]) / 2 == pytest.approx(s * half / m, rel=1e-9)
+        assert math.log(r.speedup_ci95[1] / r.speedup_ci95[0]) / 2 == pytest.approx(half / m, rel=1e-9)
 
 
 def test_interval_arithmetic():
@@ -91,7 +92,11 @@ def test_interval_arithmetic():
     assert speedup_interval(1.5, 2.0, math.inf, 0.0) is None
     lo, hi = speedup_interval(1.5, 2.0, 0.1, 0.01)
     rel = math.hypot(0.1 / 2.0, Z95 * 0.01)
-    assert (lo, hi) == pytest.approx((1.5 * (1 - rel), 1.5 * (1 + rel)))
+    assert (lo, hi) == pytest.approx((1.5 * math.exp(-rel), 1.5 * math.exp(rel)), rel=1e-12)
+    # issue #19, item 20: large standard errors never give a negative end (was [1.5 (1 - 19.6), ...])
+    lo, hi = speedup_interval(1.5, 2.0, 0.1, 10.0)
+    assert 0 < lo < 1.5 < hi and math.isfinite(hi)
+    assert speedup_interval(1.5, 2.0, 0.1, 1e300) is None  # no finite upper end: no interval, never inf or NaN
 
 
 def test_recorded_costs_are_used_by_default_and_flags_override(dense):
@@ -119,7 +124,23 @@ def test_table_without_a_draft_or_a_k_says_so(dense):
     speed = {(r.draft, r.k): r.speedup for r in res.results}
     assert speed[("e", 1)] is None and speed[("d", 4)] is None and speed[("d", 2)] is not None
     text = " ".join(res.warnings)
-    assert "no entry for e" in text and "k = 4" in text
+    assert "no entry for e" in text and 'lacks target.forward_s["5"]: no speed-up at k = 4' in text
+
+
+def test_a_missing_overhead_is_not_priced_and_plain_decoding_has_one_price(dense):
+    """Issue #19, item 2: overhead_s {"0", "1", "8"} priced k = 2 with overhead(8) (the largest k), and the
+    printed plain-decoding time used another fallback (min) than the speed-ups (max)."""
+    table = {**TABLE, "overhead_s": {"0": 0.0001, "1": 0.0002, "8": 5.0}}
+    res = simulate(dense, k=[1, 2], costs=table, drafts=["d"], trials=20)
+    speed = {r.k: r.speedup for r in res.results}
+    assert speed[2] is None and speed[1] is not None
+    assert any('lacks overhead_s["2"]: no speed-up at k = 2' in w for w in res.warnings)
+    plain = table["target"]["forward_s"]["1"] + 0.0001
+    assert res.config["costs"]["plain_step_s"] == pytest.approx(plain, rel=1e-15)
+    s, m, _ = _by_hand(dense, "d", 1, table)
+    assert speed[1] == pytest.approx(s, rel=1e-12)
+    with pytest.raises(InvalidInput, match=r'overhead_s needs k = 0'):
+        simulate(dense, k=1, costs={**TABLE, "overhead_s": {"1": 0.0002}})
 
 
 @pytest.mark.parametrize("costs, error, needle", [

@@ -155,7 +155,12 @@ def row_seeds(seed, batch: int) -> np.ndarray:
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == object):
         raise InvalidType(f"seed must be an integer or an integer array of shape [{batch}], got dtype {arr.dtype}")
     if arr.ndim == 0:
-        return row_seeds(arr.item(), batch)
+        item = arr.item()
+        if isinstance(item, int) and not isinstance(item, bool):
+            return row_seeds(item, batch)
+        raise InvalidType(f"seed must be an integer in [-2**63, 2**64) or an integer array of shape [{batch}] (one per "
+                          f"row), got {type(seed).__name__} {str(seed)[:40]}: every draw is keyed by the seed, so "
+                          "pass one (e.g. seed=0)")
     if arr.shape != (batch,):
         raise InvalidInput(f"seed must be a scalar or have shape [{batch}] (one per row), got shape {list(arr.shape)}")
     if arr.dtype == np.int64:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -51,23 +52,51 @@ def to_fraction(value, name: str = "value", index: int | None = None) -> Fractio
         return Fraction(int(value))
     if isinstance(value, str):
         text = value.strip()
+        _check_size(text, where)
         try:
-            return Fraction(text)
+            exact = Fraction(text)
         except (ValueError, ZeroDivisionError):
-            pass
+            exact = None
+        if exact is not None:
+            return _bounded(exact, where)
         if text.lower().lstrip("+-") in ("inf", "infinity", "nan"):
             raise InvalidInput(f"{where} is {value!r}; probabilities must be finite")
         raise InvalidInput(f"{where} is {value!r}, not a number; write e.g. '0.25' or '1/4'")
     if isinstance(value, Decimal):
         if not value.is_finite():
             raise InvalidInput(f"{where} is {value}; probabilities must be finite")
-        return Fraction(value)
+        _check_size(f"{len(value.as_tuple().digits)}e{value.as_tuple().exponent}", where)
+        return _bounded(Fraction(value), where)
     if isinstance(value, numbers.Real):
         f = float(value)
         if not math.isfinite(f):
             raise InvalidInput(f"{where} is {f}; probabilities must be finite")
         return Fraction(f)
     raise InvalidType(f"{where} has type {type(value).__name__}; give {_KINDS}")
+
+
+#: an exact entry's numerator and denominator have at most this many decimal digits (Python prints integers of up
+#: to 4300 digits, and an exponent such as 1e-999999999 would build a 400 MB integer before anything could check it)
+MAX_DIGITS = 1000
+_EXPONENT = re.compile(r"[eE]\s*([+-]?\d+)")
+
+
+def _check_size(text: str, where: str) -> None:
+    """Refuse, before any conversion, text whose exact value would need more than MAX_DIGITS digits."""
+    m = _EXPONENT.search(text)
+    if len(text) > 2 * MAX_DIGITS + 10 or (m and (len(m.group(1).lstrip("+-")) > 6 or
+                                                  abs(int(m.group(1))) > MAX_DIGITS)):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise InvalidInput(f"{where} is {shown!r}: exact entries are limited to {MAX_DIGITS} digits (exponents "
+                           f"within +-{MAX_DIGITS}); write the probability with fewer digits")
+
+
+def _bounded(x: Fraction, where: str) -> Fraction:
+    bits = int(MAX_DIGITS * 3.3219280948873626)
+    if x.numerator.bit_length() > bits or x.denominator.bit_length() > bits:
+        raise InvalidInput(f"{where}: exact entries are limited to {MAX_DIGITS} digits in numerator and "
+                           "denominator; write the probability with fewer digits")
+    return x
 
 
 def _is_float(value) -> bool:

@@ -46,11 +46,12 @@ from ..costs import COST_TABLE_VERSION, CostTable
 from ..errors import InvalidInput, InvalidType
 from ..ngram import NgramProposer
 from ..params import SamplingParams
-from .args import MAX_K, as_token_ids, check_k, check_max_new_tokens, positive_int
+from .args import MAX_K, MAX_NEW_TOKENS, as_token_ids, check_k, check_max_new_tokens, check_positions, positive_int
 from .loop import _draw, generate, teacher_forced_logits
 from .runner import KVRunner
 
-__all__ = ["measure_costs", "machine_name", "median_se", "DEFAULT_CONTEXT_LENGTH", "DEFAULT_WARMUP"]
+__all__ = ["measure_costs", "check_cost_context", "machine_name", "median_se", "DEFAULT_CONTEXT_LENGTH",
+           "DEFAULT_WARMUP"]
 
 DEFAULT_CONTEXT_LENGTH = 128
 DEFAULT_WARMUP = 2
@@ -119,32 +120,70 @@ def _vocab(model) -> int:
     return int(model.get_output_embeddings().weight.shape[0])
 
 
-def _context(target, *, context, context_length, prompts, max_new_tokens, extra: int, seed: int) -> tuple[list, int]:
-    """(tokens, C): the first C tokens are the context the caches hold; the ``extra`` tokens after them are fed by
-    the timed forwards (taken from ``context`` when it has them, else repeated from its end)."""
+def _plan(target, models: Mapping, *, context, context_length, prompts, max_new_tokens, extra: int):
+    """(C, given tokens, median prompt or None) of :func:`_context`, every bound checked first: the cost context
+    and the ``extra`` tokens the timed forwards feed must fit the position limit of the target and of every
+    model draft (``models``), told before any token is generated or allocated."""
+    models = {"the target": target, **{f"draft {name}": m for name, m in models.items()}}
+    fed = f"the {extra} tokens the timed forwards feed (largest k + 1)"
+
+    def fits(C: int) -> int:  # a context of C tokens given by context_length (or by the context itself)
+        check_positions(models, C + extra, "context_length", C, f"a context of {C} tokens + {fed}",
+                        lambda L: L - extra)
+        return C
+
     if context is not None:
         toks = as_token_ids(context, "context")
-        C = len(toks) if context_length is None else positive_int("context_length", context_length)
+        C = len(toks) if context_length is None else _context_length(context_length)
         if C > len(toks):
             raise InvalidInput(f"context_length = {C} exceeds the {len(toks)} tokens of context")
-    elif prompts:
+        return fits(C), toks, None
+    if prompts:
         ps = sorted((as_token_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)), key=len)
         p = ps[(len(ps) - 1) // 2]  # the median-length prompt
-        C = len(p) + check_max_new_tokens(max_new_tokens) // 2 if context_length is None else \
-            positive_int("context_length", context_length)
+        if context_length is not None:
+            return fits(_context_length(context_length)), [], p
+        n = check_max_new_tokens(max_new_tokens)
+        C = len(p) + n // 2
+        check_positions(models, C + extra, "max_new_tokens", n, f"the cost context (the median-length prompt's "
+                        f"{len(p)} tokens + {n} // 2) + {fed}", lambda L: 2 * (L - extra - len(p)) + 1)
+        return C, [], p
+    return fits(DEFAULT_CONTEXT_LENGTH if context_length is None else _context_length(context_length)), None, None
+
+
+def _context_length(value) -> int:
+    return positive_int("context_length", value, MAX_NEW_TOKENS)
+
+
+def check_cost_context(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: Sequence[int] | None = None,
+                       context: Sequence[int] | None = None, context_length: int | None = None,
+                       prompts: Sequence[Sequence[int]] | None = None, max_new_tokens: int = 64) -> int:
+    """The context length :func:`measure_costs` would use with these arguments, after the checks it makes before
+    any forward: ``context_length`` in [1, :data:`~fastspec.hf.args.MAX_NEW_TOKENS`] (so is ``max_new_tokens``),
+    and the context + the largest k + 1 tokens within the position limit (``max_position_embeddings``) of the
+    target and every model draft; else InvalidInput naming the argument (``context_length``, or
+    ``max_new_tokens`` when the context comes from ``prompts``)."""
+    K = max(_ks(kmax, ks))
+    models, _ = _split_drafts(drafts)
+    return _plan(target, models, context=context, context_length=context_length, prompts=prompts,
+                 max_new_tokens=max_new_tokens, extra=K + 1)[0]
+
+
+def _context(target, models, *, context, context_length, prompts, max_new_tokens, extra: int,
+             seed: int) -> tuple[list, int]:
+    """(tokens, C): the first C tokens are the context the caches hold; the ``extra`` tokens after them are fed by
+    the timed forwards (taken from ``context`` when it has them, else repeated from its end)."""
+    C, toks, p = _plan(target, models, context=context, context_length=context_length, prompts=prompts,
+                       max_new_tokens=max_new_tokens, extra=extra)
+    if p is not None:
         want = C + extra - len(p)
         cont = [] if want <= 0 else generate(target, p, temperature=0.0, max_new_tokens=want).tolist()
         toks = (p + cont)[:C + extra]
-    else:
-        C = DEFAULT_CONTEXT_LENGTH if context_length is None else positive_int("context_length", context_length)
+    elif toks is None:
         rng = np.random.default_rng(seed)
         toks = rng.integers(0, _vocab(target), size=C + extra).tolist()
     while len(toks) < C + extra:  # new tokens beyond the given ones: repeat the end (their values cost nothing)
         toks = toks + toks[max(0, C - extra):C]
-    limit = getattr(getattr(target, "config", None), "max_position_embeddings", None)
-    if limit is not None and C + extra > limit:
-        raise InvalidInput(f"context_length {C} + {extra} new tokens exceeds the target's {limit} positions; use a "
-                           "shorter context")
     return toks[:C + extra], C
 
 
@@ -202,7 +241,7 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         if _vocab(m) != V:
             raise InvalidInput(f"draft {name}: its LM head has {_vocab(m)} outputs but the target's has {V}")
     K = max(ks)
-    toks, C = _context(target, context=context, context_length=context_length, prompts=prompts,
+    toks, C = _context(target, models, context=context, context_length=context_length, prompts=prompts,
                        max_new_tokens=max_new_tokens, extra=K + 1, seed=seed)
     ctx = toks[:C]
     rng = np.random.default_rng(seed)

@@ -24,17 +24,20 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from ..config import MAX_POSITIONS
 from ..costs import CostTable
 from ..errors import InvalidInput, InvalidType
 from ..io import check_draft_name, save_dump
 from ..ngram import NgramProposer
 from ..params import SamplingParams
 from ..processing import probabilities
-from .args import as_token_ids, check_k, check_max_new_tokens, eos_set, positive_int
+from .args import (as_token_ids, check_generation_positions, check_k, check_max_new_tokens, check_positions, eos_set,
+                   positive_int)
 from .loop import derive_seed, generate, teacher_forced_logits
 from .models import check_vocab_size
 
-__all__ = ["dump_logits", "check_dump_path", "DUMP_DTYPES", "STAGING_PREFIX", "DEFAULT_COST_K"]
+__all__ = ["dump_logits", "check_dump_path", "check_dump_positions", "DUMP_DTYPES", "STAGING_PREFIX",
+           "DEFAULT_COST_K"]
 
 DUMP_DTYPES = ("float16", "float32")
 STAGING_PREFIX = ".fastspec-dump-"
@@ -63,6 +66,30 @@ def check_dump_path(out) -> str:
     elif os.path.exists(out) and not out.endswith(".npz"):
         raise InvalidInput(f"out {out!r} exists and is not a directory; a dump is an .npz file or a directory")
     return out
+
+
+def check_dump_positions(target, drafts: Mapping | None, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                         cost_k: Sequence[int] | None = None) -> None:
+    """The position checks :func:`dump_logits` makes before it generates anything, InvalidInput otherwise: each
+    prompt's continuation of ``max_new_tokens`` tokens fits the target and every model draft
+    (:func:`fastspec.hf.args.check_generation_positions`; n-gram drafts have no limit); with ``cost_k`` (costs
+    measured after the rows) the cost context -- at most the longest prompt + max(1, max_new_tokens // 2) tokens
+    -- plus the largest k + 1 fits too (the message names ``cost_k``)."""
+    models = {"the target": target, **{f"draft {name}": m for name, m in (drafts or {}).items()}}
+    prompts = [as_token_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
+    if not prompts:
+        raise InvalidInput("prompts: give at least one prompt")
+    n = check_max_new_tokens(max_new_tokens)
+    if len(prompts) * n > MAX_POSITIONS:
+        raise InvalidInput(f"max_new_tokens = {n}: {len(prompts)} prompts x {n} positions exceed the {MAX_POSITIONS} "
+                           "(2**32) one dump holds; split the prompts into several dumps (shards)")
+    check_generation_positions(models, prompts, n)
+    if cost_k:
+        K = max(check_k(k) for k in cost_k)
+        P, half = max(len(p) for p in prompts), max(1, n // 2)
+        check_positions(models, P + half + K + 1, "cost_k", K, f"the cost measurement after the rows (a context of "
+                        f"up to the longest prompt's {P} tokens + {half} generated ones, then the largest k {K} + 1 "
+                        "fed tokens)", lambda L: L - P - half - 1)
 
 
 def _topk(logits: np.ndarray, kk: int, params: SamplingParams):
@@ -206,6 +233,7 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
                               f"{type(m).__name__}")
         check_vocab_size(target, m, name)
         models[name] = m
+    check_dump_positions(target, models, prompts, n_new, cost_k if costs is True else None)
     eos = None if ignore_eos else eos_token_id
     sparse = top_k_save is not None
     V = int(target.get_output_embeddings().weight.shape[0])

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..params import SamplingParams
-from .args import as_token_ids, check_k, check_max_new_tokens, positive_int
+from .args import as_token_ids, check_generation_positions, check_k, check_max_new_tokens, positive_int
 from .loop import as_ngram, derive_seed, speculative_generate, timed_generate
 from .loop import hf_generate as _hf_generate
 from .prediction import ratio_ci, speedup_ci
@@ -210,6 +210,8 @@ def measure(target, drafts: Mapping, prompts: Sequence[Sequence[int]], ks: Seque
     if not drafts or not prompts or not ks:
         raise InvalidInput("measure needs at least one draft, one prompt and one k")
     drafts = {name: (as_ngram(d) or d) for name, d in drafts.items()}
+    check_generation_positions({"the target": target, **{f"draft {name}": d for name, d in drafts.items()}}, prompts,
+                               max_new_tokens)  # before any run: a budget the models cannot hold fails at once
     eos = None if ignore_eos else eos_token_id
     sp = params.as_dict()
 

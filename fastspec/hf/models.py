@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidInput, InvalidType
+from ..machine import available_cpus
 from ..io import check_draft_name
 from ..ngram import NgramProposer
 from .args import MAX_K, positive_int
@@ -275,12 +276,14 @@ def eos_ids(model, tokenizer=None) -> tuple[int, ...]:
 
 
 def set_threads(threads: int | None = None) -> int:
-    """Set torch's intra-op thread count, and Numba's (fastspec's kernels), to ``threads``, or min(2, CPU count)
-    when None (Numba's never above its pool size).  Returns the count.
+    """Set torch's intra-op thread count, and Numba's (fastspec's kernels), to ``threads`` (at most the CPUs this
+    process may run on: more only oversubscribes them, and a huge count crashed OpenBLAS), or min(2, CPUs) when
+    None (Numba's never above its pool size).  Returns the count.
 
     Numba's thread pool is started first: both use the OpenMP runtime, and the pool's start (at fastspec's first
     parallel kernel, e.g. in ``verify_logits``) would otherwise reset torch's count to Numba's."""
-    n = max(1, min(2, os.cpu_count() or 1)) if threads is None else positive_int("threads", threads)
+    cpus = available_cpus()
+    n = min(2, cpus) if threads is None else positive_int("threads", threads, cpus)
     try:
         import numba
         from numba.np.ufunc.parallel import _launch_threads

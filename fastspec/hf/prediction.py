@@ -129,15 +129,15 @@ class Prediction:
 
     def speedup(self, draft: str, k: int) -> dict | None:
         """The predicted speed-up of one (draft, k): ``estimate`` and ``ci95`` (simulate's, over the recorded
-        sequences and the cost table's standard errors), ``standard_error`` = the interval's half-width / 1.96
-        (slightly conservative: the sequences' part uses Student t), ``p_all_accepted``; None without a cost
+        sequences and the cost table's standard errors), ``standard_error`` = s x the log interval's half-width /
+        1.96 (slightly conservative: the sequences' part uses Student t), ``p_all_accepted``; None without a cost
         table, without an entry for the draft or for k + 1 target positions, or for a sparse dump."""
         p = self.row(draft, k)
         s, ci = getattr(p, "speedup", None), getattr(p, "speedup_ci95", None)
         if s is None or ci is None:
             return None
-        lo, hi = ci
-        return {"estimate": s, "standard_error": (hi - lo) / (2 * Z95), "ci95": [lo, hi],
+        lo, hi = ci  # [s exp(-h), s exp(h)]: the log scale's standard error h / 1.96, times s (delta method)
+        return {"estimate": s, "standard_error": s * math.log(hi / lo) / (2 * Z95), "ci95": [lo, hi],
                 "p_all_accepted": getattr(p, "p_all_accepted", None)}
 
 
@@ -148,13 +148,7 @@ def _cost_table(costs, ngram: Mapping):
     from ..costs import CostTable
     from ..simulate.ngram import ngram_name
 
-    if isinstance(costs, CostTable):
-        table = costs
-    elif isinstance(costs, Mapping):
-        table = CostTable.from_dict(costs)
-    else:
-        table = CostTable.from_file(costs)
-    obj = table.as_dict()
+    obj = CostTable.of(costs).as_dict()
     for name, p in ngram.items():
         alias = ngram_name(p)
         if name in obj["drafts"] and alias not in obj["drafts"]:

@@ -131,14 +131,10 @@ def _cost_table(costs):
     """A :class:`fastspec.costs.CostTable` from ``costs``: a table, a mapping (the JSON schema) or a path."""
     from ..costs import CostTable
 
-    if isinstance(costs, CostTable):
-        return costs
-    if isinstance(costs, Mapping):
-        return CostTable.from_dict(costs)
-    if isinstance(costs, (str, os.PathLike)):
-        return CostTable.from_file(os.fspath(costs))
-    raise InvalidType(f"costs must be a CostTable, a mapping in its JSON schema, a path to a JSON cost table, None "
-                      f"(the dump's recorded costs) or False (none), got {type(costs).__name__}")
+    if not isinstance(costs, (CostTable, Mapping, str, os.PathLike)):
+        raise InvalidType(f"costs must be a CostTable, a mapping in its JSON schema, a path to a JSON cost table, "
+                          f"None (the dump's recorded costs) or False (none), got {type(costs).__name__}")
+    return CostTable.of(costs)
 
 
 def _pricing(draft_cost, verify_cost, costs, ks):
@@ -241,6 +237,8 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
                                "Bernoulli mode reports alpha bounds)")
         sp = resolve_sampling(d, temperature, top_k, top_p, min_p)
         extra = [v for v in variant_list if v != ("token", 1)]
+        if extra and ngrams and not names:
+            raise InvalidInput(_ngram_variants_message(extra, ngrams, refused=True))
         if extra and (d.kind != "dense" or not hasattr(d, "iter_chunks") or not hasattr(d, "arrays")):
             what = " and ".join(sorted({"block verification" if v == "block" else "candidates > 1" for v, _ in extra}))
             raise InvalidInput(f"{d.path}: {what} needs the full target and draft distributions (dense logits); "
@@ -301,15 +299,28 @@ def simulate(dump, *, k=4, drafts=None, temperature=None, top_k=None, top_p=None
         assumptions += [VARIANT_ASSUMPTIONS[a] for a in shown] + ([NGRAM_ASSUMPTION] if ngrams else [])
         warnings = (sampling_warnings(d.metadata, sp) + _interval_warnings(results)
                     + _pricing_warnings(pricing, results, list(names) + list(ngrams)))
+        if extra and ngrams:
+            warnings.append(_ngram_variants_message(extra, ngrams, refused=False))
         if isinstance(pricing, TablePricing) and pricing.source == "dump" and getattr(d, "costs_differ", False):
-            warnings.append("the shards recorded different cost tables (measured apart); the first shard's is used: "
-                            "give one table with --costs to choose")
+            warnings.append("the shards recorded different cost tables (measured apart), or some recorded none; the "
+                            "first recorded table is used: give one table with --costs to choose")
         top = best_overall(results) if pricing is not None else None
         return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions, top,
                                 verdict(top, pricing))
     finally:
         if own:
             d.close()
+
+
+def _ngram_variants_message(extra, ngrams, refused: bool) -> str:
+    """An n-gram proposal is one deterministic token per position: it has no block or multi-candidate variant."""
+    what = " and ".join(sorted({"block verification" if v == "block" else f"{w} candidates" for v, w in extra}))
+    which = ", ".join(ngrams)
+    if refused:
+        return (f"{what} cannot apply to the n-gram draft {which}: its proposal is one deterministic token per "
+                "position, verified token by token; drop --verify block / --candidates, or add a model draft")
+    return (f"{what} apply to the model drafts only: the n-gram draft {which} is verified token by token with one "
+            "candidate (its rows are token rows)")
 
 
 def _interval_warnings(results) -> list[str]:
@@ -374,13 +385,24 @@ def _pricing_warnings(pricing, results, names) -> list[str]:
         out.append(f"the cost table has no entry for {', '.join(missing)}: no speed-up for "
                    f"{'it' if len(missing) == 1 else 'them'} (measure with `fastspec cost`, or give --costs FILE)")
     if isinstance(pricing, TablePricing):
-        ks = sorted({r.k for r in results if r.draft not in missing and r.speedup is None
-                     and r.speedup_lower is None})
-        if ks:
-            top = max(pricing.table.target_forward_s)
-            out.append(f"the cost table's target forwards reach {top} positions (k <= {top - 1}): no speed-up at "
-                       f"k = {', '.join(map(str, ks))}")
+        lacking: dict[str, set] = {}  # entry -> the k it leaves unpriced
+        for r in results:
+            if r.draft in missing or r.speedup is not None or r.speedup_lower is not None:
+                continue
+            for entry in pricing.missing(r.draft, r.k, r.candidates, ngram=r.off_record is not None):
+                lacking.setdefault(entry, set()).add(r.k)
+        if lacking:
+            ks = sorted(set().union(*lacking.values()))
+            out.append(f"the cost table lacks {', '.join(sorted(lacking, key=_entry_order))}: no speed-up at "
+                       f"k = {', '.join(map(str, ks))} (nothing is substituted; measure those k with "
+                       "`fastspec cost`)")
     return out
+
+
+def _entry_order(entry: str):
+    """target.forward_s["10"] after ["9"]: the table's entries in their numeric order."""
+    head, _, n = entry.partition('["')
+    return head, int(n.rstrip('"]')) if n.rstrip('"]').isdigit() else 0
 
 
 class _CallableModule(types.ModuleType):

@@ -16,7 +16,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..costs import int_keyed
+from ..costs import MAX_TABLE_BYTES, int_keyed, parse_json, read_json_file
 from ..errors import InvalidInput, InvalidType
 from ..params import format_value
 
@@ -93,7 +93,11 @@ def _parse_table(obj, name: str) -> dict[int, float]:
     for k, key, val in int_keyed(obj, name, 1, '{"k": cost, ...}'):
         if isinstance(val, (bool, np.bool_)) or not isinstance(val, (int, float, np.integer, np.floating)):
             raise InvalidInput(f"{name}[{key!r}] = {format_value(val)} is not a number")
-        out[k] = _positive(float(val), f"{name}[{key!r}]")
+        try:
+            f = float(val)
+        except OverflowError:  # an integer too large for a float
+            f = math.inf
+        out[k] = _positive(f, f"{name}[{key!r}]")
     return out
 
 
@@ -137,18 +141,12 @@ class VerifyCost:
                               f"got {type(spec).__name__}")
         text = spec.strip()
         if text.startswith("{"):
-            try:
-                return cls(table=_parse_table(json.loads(text), "verify_cost"))
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"verify_cost: invalid JSON table ({exc.msg})") from None
+            if len(text) > MAX_TABLE_BYTES:
+                raise InvalidInput(f"verify_cost: a JSON table of {len(text)} characters; at most {MAX_TABLE_BYTES}")
+            return cls(table=_parse_table(parse_json(text, "verify_cost"), "verify_cost"))
         if text.endswith(".json") or os.path.sep in text:
-            if not os.path.isfile(text):
-                raise InvalidInput(f"verify_cost: no such file {text!r}")
-            with open(text) as fh:
-                try:
-                    return cls(table=_parse_table(json.load(fh), f"verify_cost ({text})"))
-                except json.JSONDecodeError as exc:
-                    raise InvalidInput(f"verify_cost: {text} is not valid JSON ({exc.msg})") from None
+            # a regular file of bounded size: a directory, a FIFO or /dev/zero is named as what it is
+            return cls(table=_parse_table(read_json_file(text, "verify_cost"), f"verify_cost ({text})"))
         const, slope = _parse_linear(text, spec)
         return cls(const=const, slope=slope)
 

@@ -29,7 +29,7 @@ from .._kernels.process import probabilities_at
 from .._kernels.replay import (N_STEPWISE, SW_ACCEPTED, SW_ALL_ACCEPTED, SW_DRAFTED, SW_OFF_RECORD, SW_PLAIN,
                                SW_STEPS, SW_TIME, expected_counts_stepwise)
 from ..errors import InvalidInput
-from ..ngram import NgramProposer
+from ..ngram import MAX_NGRAM, NgramProposer
 from ..processing import kernel_view
 from ..stats import ratio_ci
 
@@ -52,9 +52,21 @@ def parse_ngram_draft(spec: str, k: int) -> NgramProposer | None:
     if not rest:
         return NgramProposer(k)
     lo, sep, hi = rest.partition("-")
-    if not (sep and lo.isdigit() and hi.isdigit()):
-        raise InvalidInput(f"draft {spec!r}: write ngram or ngramMIN-MAX (e.g. ngram1-3)")
-    return NgramProposer(k, int(lo), int(hi))
+    if not (sep and _decimal(lo) and _decimal(hi)):
+        raise InvalidInput(f"draft {spec!r}: write ngram or ngramMIN-MAX with decimal digits (e.g. ngram1-3)")
+    lo_n, hi_n = int(lo), int(hi)
+    for n in (lo_n, hi_n):
+        if not 1 <= n <= MAX_NGRAM:
+            raise InvalidInput(f"draft {spec!r}: n-gram lengths must lie in [1, {MAX_NGRAM}] (e.g. ngram1-3)")
+    if lo_n > hi_n:
+        raise InvalidInput(f"draft {spec!r}: MIN {lo_n} is greater than MAX {hi_n}; write ngramMIN-MAX (e.g. "
+                           "ngram1-3)")
+    return NgramProposer(k, lo_n, hi_n)
+
+
+def _decimal(text: str) -> bool:
+    """ASCII digits only, at most 6 (``str.isdigit`` also accepts superscripts such as '²', which ``int`` refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 6
 
 
 def ngram_name(proposer: NgramProposer) -> str:
@@ -96,20 +108,33 @@ def _betas(d, drafts, num, sp):
     """beta [N, T, kmax]: the processed target probability at position t + j of draft j proposed at t."""
     N, T, kmax = drafts.shape
     ids = np.full((N, T, kmax), -1, np.int64)  # ids[n, r, j]: draft j of the step that started at r - j
-    for j in range(kmax):
+    for j in range(min(kmax, T)):  # draft j >= T lies past every sequence's end (a step proposes < L - t tokens)
         ids[:, j:, j] = np.where(j < num[:, :T - j], drafts[:, :T - j, j], -1)
     probs = np.zeros((N * T, kmax))
     flat = ids.reshape(N * T, kmax)
     for ch in d.iter_chunks(drafts=()):
         rows = slice(ch.start, ch.stop)
-        if ch.stop > ch.start:
+        if ch.stop <= ch.start:
+            continue
+        if isinstance(ch.target, tuple):  # sparse top-k (greedy only: ngram_replay checked): one-hot at the argmax
+            probs[rows] = flat[rows] == _top_id(*ch.target)[:, None]
+        else:
             probabilities_at(kernel_view(ch.target), sp.rows(ch.stop - ch.start), np.ascontiguousarray(flat[rows]),
                              probs[rows])
     probs = probs.reshape(N, T, kmax)
     beta = np.zeros((N, T, kmax))
-    for j in range(kmax):
+    for j in range(min(kmax, T)):
         beta[:, :T - j, j] = probs[:, j:, j]
     return beta
+
+
+def _top_id(ids: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+    """The greedy token of each row of a top-k list: the highest log-probability, the lowest id among ties (the
+    dense kernels' rule; a token outside the list cannot exceed the list's maximum)."""
+    lp = logprobs.astype(np.float64)
+    top = lp.max(axis=1, keepdims=True)
+    big = np.iinfo(np.int64).max
+    return np.where(lp == top, ids.astype(np.int64), big).min(axis=1)
 
 
 def ngram_replay(d, proposer: NgramProposer, ks, sp, pricing=None) -> list[dict]:

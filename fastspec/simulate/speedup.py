@@ -10,9 +10,11 @@ Two ways to price a step, one interface (:class:`Pricing`):
 
 Interval.  The speed-up S = m x plain / step(k) has two independent sources of uncertainty: the mean acceptance
 length m over the recorded sequences (a ratio of totals with the sequences as clusters,
-:func:`fastspec.stats.ratio_ci`) and the measured times (the table's standard errors, delta method).  Relative
-half-widths add in quadrature: ``h_S / S = sqrt((h_m / m)^2 + (1.96 r_c)^2)`` with r_c the relative standard
-error of step(k) / plain.  Monte-Carlo error is not included: the exact expectation replaces the estimate.
+:func:`fastspec.stats.ratio_ci`) and the measured times (the table's standard errors, delta method).  They are
+combined on the log scale, where a ratio's relative errors add: ``h = sqrt((h_m / m)^2 + (1.96 r_c)^2)`` with r_c
+the relative standard error of step(k) / plain, and the interval is ``[S exp(-h), S exp(h)]`` -- always positive,
+never below zero however large the standard errors (to first order the same as ``S (1 +- h)``).  Monte-Carlo
+error is not included: the exact expectation replaces the estimate.
 """
 from __future__ import annotations
 
@@ -128,12 +130,18 @@ class TablePricing(Pricing):
             return None
         t = self.table
         n = k * w + 1
-        if n not in t.target_forward_s:
+        if n not in t.target_forward_s or k not in t.overhead_s:
             return None
         d1 = t.draft_forward_s[loop.draft][1]
         drafting = d1 if loop.draft in t.one_call else k * d1
-        over = t.overhead_s.get(k, t.overhead_s[max(t.overhead_s)])
-        return m * loop.plain_step_s() / (drafting + t.target_forward_s[n] + over)
+        return m * t.plain_step_s() / (drafting + t.target_forward_s[n] + t.overhead_s[k])
+
+    def missing(self, draft: str, k: int, w: int = 1, ngram: bool = False) -> list[str]:
+        """The table's entries a (draft, k, w candidates) row needs and lacks (JSON paths; empty when priced)."""
+        key = self.key(draft)
+        if key is None:
+            return []
+        return self.table.missing(key, k, target_n=k * w + 1 if w > 1 else None, every_j=ngram)
 
     def relative_se(self, draft, k, p_all_accepted=0.0):
         loop = self._loop(draft)
@@ -155,13 +163,8 @@ class TablePricing(Pricing):
         cost[0] += self.table.draft_forward_s[loop.draft][1]  # the proposer runs before a plain step too
         return cost, loop.plain_step_s()
 
-    def missing_k(self, ks) -> list[int]:
-        """The k whose verify forward (k + 1 target positions) the table lacks."""
-        return [k for k in ks if k + 1 not in self.table.target_forward_s]
-
     def describe(self):
-        return {"source": self.source, **self.table.info, "plain_step_s": self.table.target_forward_s[1]
-                + self.table.overhead_s.get(0, self.table.overhead_s[min(self.table.overhead_s)])}
+        return {"source": self.source, **self.table.info, "plain_step_s": self.table.plain_step_s()}
 
 
 def over_sequences(stats) -> tuple[float, float, float]:
@@ -176,8 +179,12 @@ def speedup_interval(s: float | None, m: float, m_half: float, cost_rel_se: floa
     over sequences) and step costs with relative standard error ``cost_rel_se`` (module docstring)."""
     if s is None or not (m > 0) or not math.isfinite(m_half):
         return None
-    rel = math.sqrt((m_half / m) ** 2 + (Z95 * cost_rel_se) ** 2)
-    return (float(s * (1.0 - rel)), float(s * (1.0 + rel)))
+    rel = math.hypot(m_half / m, Z95 * cost_rel_se)
+    try:
+        lo, hi = s * math.exp(-rel), s * math.exp(rel)
+    except OverflowError:  # standard errors so large that the interval has no upper end
+        return None
+    return (float(lo), float(hi)) if math.isfinite(hi) else None
 
 
 def best_overall(results) -> dict | None:
