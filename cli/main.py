@@ -1,12 +1,81 @@
-"""Entry point: ``fastspec`` (console script) -> :func:`main`."""
+"""Entry point: ``fastspec`` (console script) -> :func:`main`.
+
+Under an address-space limit (``ulimit -v``, RLIMIT_AS) native code that fastspec cannot catch fails when the
+limit is reached: LLVM aborts while it compiles or loads the kernels (``std::bad_alloc``, "LLVM ERROR: out of
+memory": rc 134), OpenBLAS spins forever or exits when its start-up buffers or threads do not fit, libgomp exits
+when a worker thread cannot start.  So, when a limit is set, the BLAS thread pools are not started (fastspec never
+calls BLAS), and :func:`main` refuses with one line, before any work, a limit that leaves less than a run needs
+(:func:`address_space_shortfall`); a failure to load a library under a limit is one line too.
+"""
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
 from typer.core import TyperGroup
 
 from ._common import EXIT_BAD_INPUT, EXIT_RUNTIME
+
+MIB = 1 << 20
+#: address space a run needs beyond what start-up has mapped, besides a stack per worker thread: LLVM compiling
+#: (or loading) the kernels, scipy's BLAS start-up buffer, a chunk of rows.  Measured with a cold kernel cache
+#: (fastspec simulate/inspect data/smollm2_exit_top64.npz, 2 CPUs, OpenBLAS on one thread): runs aborted in LLVM
+#: with up to 140 MiB left after start-up and all passed from 154 MiB; this keeps a margin above that.
+RUN_RESERVE = 224 * MIB
+
+
+def address_space_limit() -> int | None:
+    """The soft address-space limit (``ulimit -v``, RLIMIT_AS) in bytes; None when there is none."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+if address_space_limit() is not None:
+    # numpy's and scipy's OpenBLAS each start a thread per CPU, with a 32 MiB buffer each, when they load: room a
+    # limit cannot spare, and OpenBLAS exits or spins when it does not get it.  Before numpy is imported (the
+    # command modules below); an explicit setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def _mapped_bytes() -> int | None:
+    """The address space this process has mapped now (VmSize; Linux), else None."""
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def run_reserve() -> int:
+    """:data:`RUN_RESERVE` plus a stack for each worker thread a run may start (Numba's pool, the CRC-32 pool)."""
+    import resource
+
+    import numba
+
+    from fastspec.io.crc import MAX_THREADS
+    from fastspec.machine import available_cpus
+
+    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    stack = stack if stack != resource.RLIM_INFINITY and 0 < stack <= 64 * MIB else 8 * MIB
+    return RUN_RESERVE + stack * (numba.config.NUMBA_NUM_THREADS + min(available_cpus(), MAX_THREADS) + 1)
+
+
+def address_space_shortfall() -> str | None:
+    """Why the address-space limit is too small for a run, or None (no limit, or room enough)."""
+    limit, used = address_space_limit(), _mapped_bytes()
+    if limit is None or used is None:
+        return None
+    need = used + run_reserve()
+    if limit >= need:
+        return None
+    return (f"the address-space limit (ulimit -v) of {limit // MIB} MiB is too small: start-up has mapped "
+            f"{used // MIB} MiB and a run needs about {(need - used) // MIB} MiB more (compiling or loading the "
+            f"kernels, their threads, a chunk of rows); raise the limit to at least {-(-need // MIB)} MiB")
 
 
 class _OneLineErrors(TyperGroup):
@@ -59,6 +128,12 @@ def _report(exc: Exception) -> int:
     if isinstance(exc, (InvalidInput, InvalidType)):
         typer.echo(f"fastspec: error: {' '.join(str(exc).split())}", err=True)
         return EXIT_BAD_INPUT
+    if isinstance(exc, MemoryError):
+        limit = address_space_limit()
+        detail = " ".join(str(exc).split())
+        under = "" if limit is None else f" under the address-space limit (ulimit -v) of {limit // MIB} MiB"
+        typer.echo(f"fastspec: error: out of memory{under} (MemoryError{': ' + detail if detail else ''})", err=True)
+        return EXIT_RUNTIME
     what = "" if isinstance(exc, OSError) else f"{type(exc).__name__}: "
     typer.echo(f"fastspec: error: {what}{' '.join(str(exc).split())}", err=True)
     return EXIT_RUNTIME
@@ -81,14 +156,29 @@ def _root() -> None:
 
 
 # Each command module registers its commands on `app` when imported.
-from . import exact_cmd  # noqa: E402,F401
-from . import inspect_cmd  # noqa: E402,F401
-from . import simulate_cmd  # noqa: E402,F401
-from . import dump_cmd  # noqa: E402,F401
-from . import measure_cmd  # noqa: E402,F401
-from . import cost_cmd  # noqa: E402,F401
+try:
+    from . import exact_cmd  # noqa: E402,F401
+    from . import inspect_cmd  # noqa: E402,F401
+    from . import simulate_cmd  # noqa: E402,F401
+    from . import dump_cmd  # noqa: E402,F401
+    from . import measure_cmd  # noqa: E402,F401
+    from . import cost_cmd  # noqa: E402,F401
+except (ImportError, OSError, MemoryError) as _exc:
+    # a library that cannot be mapped under an address-space limit ("failed to map segment", llvmlite's
+    # "Could not find/load shared object"): one line, not a traceback.  A missing package is not this.
+    if isinstance(_exc, ModuleNotFoundError) or address_space_limit() is None:
+        raise
+    typer.echo(f"fastspec: error: cannot load fastspec's libraries under the address-space limit (ulimit -v) of "
+               f"{address_space_limit() // MIB} MiB ({type(_exc).__name__}: {' '.join(str(_exc).split())}); "
+               "raise the limit", err=True)
+    raise SystemExit(EXIT_RUNTIME) from None
 
 
 def main() -> None:
+    if not {"--help", "-h"} & set(sys.argv[1:]) and len(sys.argv) > 1:
+        shortfall = address_space_shortfall()
+        if shortfall:
+            typer.echo(f"fastspec: error: {shortfall}", err=True)
+            sys.exit(EXIT_RUNTIME)
     app()
 

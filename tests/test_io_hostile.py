@@ -418,6 +418,64 @@ def test_dump_larger_than_the_address_space_limit(tmp_path):
     assert info["acceptance"]["draft"]["alpha"]["mean"] == 1.0  # identical (all-zero) target and draft
 
 
+def _under_limit(args, limit, env, timeout=90):
+    """``(rc, stdout, stderr)`` of ``python -m fastspec_cli ARGS`` under an address-space limit of ``limit``
+    bytes; rc None when it ran past ``timeout`` seconds (killed)."""
+    import resource
+    import subprocess
+    import sys
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    try:
+        r = subprocess.run([sys.executable, "-m", "fastspec_cli", *args], capture_output=True, text=True, env=env,
+                           preexec_fn=cap, timeout=timeout, cwd=os.path.dirname(os.path.dirname(SMOLLM2)))
+    except subprocess.TimeoutExpired as exc:
+        text = [b.decode(errors="replace") if isinstance(b, bytes) else b or "" for b in (exc.stdout, exc.stderr)]
+        return None, *text
+    return r.returncode, r.stdout, r.stderr
+
+
+SMOLLM2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data", "smollm2_exit_top64.npz")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.skipif(not os.path.exists("/proc/self/status") or not hasattr(os, "fork"),
+                    reason="RLIMIT_AS on a Linux process")
+def test_cli_under_an_address_space_limit_fails_in_one_line(tmp_path):
+    """Under ``ulimit -v`` a run either works or prints one ``fastspec: error:`` line and exits 1.  Before: LLVM
+    aborted while compiling or loading the kernels (``std::bad_alloc``, "LLVM ERROR: out of memory", rc 134),
+    scipy's OpenBLAS spun forever in its start-up allocation or exited 130, library imports failed with a
+    traceback -- depending on where between about 330 and 580 MiB the limit fell (2 CPUs).  The limits below span
+    start-up (about 300 MiB) to comfortably enough; each compiles the kernels afresh (an empty Numba cache), then
+    the reported setting (768 MiB) runs 13 times on a warm cache."""
+    base = {**os.environ, "COLUMNS": "120"}
+    outcomes: list = []
+
+    def check(args, limit, env):
+        rc, out, err = _under_limit(args, limit, env)
+        lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("fastspec: compiling")]
+        what = f"{' '.join(args[:1])} under {limit >> 20} MiB: rc {rc}, stderr {err[-600:]!r}"
+        assert rc is not None, f"hung: {what}"
+        assert rc in (0, 1), what
+        if rc == 0:
+            assert out and not lines, what
+        else:
+            assert len(lines) == 1 and lines[0].startswith("fastspec: error: "), what
+        outcomes.append(rc)
+
+    commands = (["simulate", SMOLLM2, "--k", "1,2,4,8"], ["inspect", SMOLLM2])
+    for i, mib in enumerate((256, 320, 384, 450, 512, 576, 768)):
+        for j, args in enumerate(commands):
+            check(args, mib << 20, {**base, "NUMBA_CACHE_DIR": str(tmp_path / f"cold-{i}-{j}")})
+    warm = {**base, "NUMBA_CACHE_DIR": str(tmp_path / "warm")}
+    for n in range(13):
+        check(commands[n % 2], 768 << 20, warm)
+    assert 0 in outcomes  # the limits are not all refused
+
+
 def test_parallel_crc32_is_zlibs():
     import zlib
 

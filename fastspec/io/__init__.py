@@ -29,6 +29,10 @@ Safety and memory
   array (``max_bytes`` each, in the array's own dtype; default :data:`DEFAULT_CHUNK_BYTES`) plus, with
   ``validate=True``, a boolean mask of the same number of elements.  No float64 copy of a whole array is ever
   made.
+* Zip structure: an ``.npz`` whose central directory disagrees with its end record (the number of members, where
+  the directory lies), with its members' local headers (offset, name) or with the file (overlapping members,
+  bytes no entry lists, bytes after the end record) is refused before any member is used
+  (:mod:`~fastspec.io.zipdir`): zipfile would silently list fewer members.
 * Integrity: the CRC-32 of every uncompressed zip member is checked as it is read (``verify_integrity=True``,
   the default of :func:`load_dump` and :meth:`Dump.iter_chunks`; :mod:`~fastspec.io.crc` computes it on all
   cores); deflated members are checked by the decompressor.
@@ -40,7 +44,8 @@ Every failure is a :class:`fastspec.errors.DumpFormatError` (a ``ValueError``) n
 the offending index; a missing path is :class:`fastspec.errors.DumpNotFound` (also a ``FileNotFoundError``).
 
 Modules: :mod:`~fastspec.io.format` (names and rules), :mod:`~fastspec.io.sources` (where an array's bytes
-live), :mod:`~fastspec.io.files` (what may be opened; chunk mappings), :mod:`~fastspec.io.crc` (CRC-32 on all
+live), :mod:`~fastspec.io.zipdir` (an ``.npz``'s zip directory checked against its end records and local
+headers), :mod:`~fastspec.io.files` (what may be opened; chunk mappings), :mod:`~fastspec.io.crc` (CRC-32 on all
 cores), :mod:`~fastspec.io.structure` and :mod:`~fastspec.io.values` (the checks), :mod:`~fastspec.io.dump`
 (:class:`Dump`, :func:`load_dump`), :mod:`~fastspec.io.save` (:func:`save_dump`).
 """

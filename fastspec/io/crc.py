@@ -28,10 +28,9 @@ _pool_lock = threading.Lock()
 
 
 def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    from ..machine import available_cpus
+
+    return available_cpus()
 
 
 def _threads() -> ThreadPoolExecutor:

@@ -28,6 +28,7 @@ from ..errors import DumpFormatError, DumpNotFound
 from .crc import crc32
 from .files import DIRECTORY, MISSING, REGULAR, entry_kind, map_bytes, open_regular
 from .format import format_error
+from .zipdir import check_directory
 
 __all__ = ["Source", "MemorySource", "MapSource", "StreamSource", "parse_npy_header", "open_sources"]
 
@@ -35,7 +36,6 @@ __all__ = ["Source", "MemorySource", "MapSource", "StreamSource", "parse_npy_hea
 #: reading a member also raises OSError for damaged data
 _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, NotImplementedError, ValueError)
 _READ_ERRORS = _ZIP_ERRORS + (OSError,)
-_LOCAL_HEADER = 30  # bytes of a zip local file header before its name and extra field
 
 
 def _nbytes(shape, dtype) -> int:
@@ -259,30 +259,15 @@ def _open_directory(path: str) -> dict[str, Source]:
     return sources
 
 
-def _local_offset(path, info, name, file_size) -> int:
-    """The member's local header offset, checked to lie inside the file (a damaged central directory can put it
-    anywhere, even before the start)."""
-    if not 0 <= info.header_offset <= file_size - _LOCAL_HEADER:
-        raise format_error(path, f"array {name!r}: bad local header offset (corrupt or truncated archive)")
-    return info.header_offset
-
-
-def _stored_member(path, raw, info, name, file_size) -> MapSource:
-    """An uncompressed member: its data offset from the local header; mapped in place."""
+def _stored_member(path, raw, info, name, data_off) -> MapSource:
+    """An uncompressed member whose data start at ``data_off`` (after its local header, checked by
+    :func:`fastspec.io.zipdir.check_directory`); mapped in place."""
     if info.compress_size != info.file_size:
         raise format_error(path, f"array {name!r}: stored member sizes disagree (corrupt archive)")
-    raw.seek(_local_offset(path, info, name, file_size))
-    local = raw.read(_LOCAL_HEADER)
-    if len(local) < _LOCAL_HEADER or local[:4] != b"PK\x03\x04":
-        raise format_error(path, f"array {name!r}: bad local header (corrupt or truncated archive)")
-    name_len, extra_len = struct.unpack("<HH", local[26:30])
-    data_off = info.header_offset + _LOCAL_HEADER + name_len + extra_len
     raw.seek(data_off)
     shape, dtype, fortran, hlen = parse_npy_header(raw, path, name)
     need = hlen + _nbytes(shape, dtype)
     _check_declared(path, name, need, info.file_size)
-    if data_off + need > file_size:
-        raise format_error(path, f"array {name!r}: truncated (member ends past the end of the file)")
     return MapSource(name, path, data_off + hlen, shape, dtype, fortran, "npz-stored", crc=(data_off, info.CRC))
 
 
@@ -293,7 +278,6 @@ def _deflated_member(path, zf, info, name, file_size) -> StreamSource:
             info.file_size > MAX_DEFLATE_RATIO * file_size + slack:
         raise format_error(path, f"array {name!r}: declares {info.file_size} bytes from {info.compress_size} "
                                  f"compressed (ratio above {MAX_DEFLATE_RATIO}); refusing a likely zip bomb")
-    _local_offset(path, info, name, file_size)
     with zf.open(info) as fh:
         shape, dtype, fortran, hlen = parse_npy_header(fh, path, name)
     _check_declared(path, name, hlen + _nbytes(shape, dtype), info.file_size)
@@ -304,7 +288,8 @@ def _open_zip(path: str, zf: zipfile.ZipFile) -> dict[str, Source]:
     sources: dict[str, Source] = {}
     file_size = os.path.getsize(path)
     with open(path, "rb") as raw:
-        for info in zf.infolist():
+        data_offsets = check_directory(path, zf, raw, file_size)
+        for info, data_off in zip(zf.infolist(), data_offsets, strict=True):
             fname = info.filename
             if not fname.endswith(".npy") or "/" in fname:
                 raise format_error(path, f"member {fname!r} is not a top-level .npy array; an .npz dump holds only "
@@ -315,7 +300,7 @@ def _open_zip(path: str, zf: zipfile.ZipFile) -> dict[str, Source]:
             if info.flag_bits & 0x1:
                 raise format_error(path, f"array {name!r}: encrypted members are not supported")
             if info.compress_type == zipfile.ZIP_STORED:
-                sources[name] = _stored_member(path, raw, info, name, file_size)
+                sources[name] = _stored_member(path, raw, info, name, data_off)
             elif info.compress_type == zipfile.ZIP_DEFLATED:
                 sources[name] = _deflated_member(path, zf, info, name, file_size)
             else:
@@ -340,7 +325,11 @@ def open_sources(path: str):
     if kind != REGULAR:
         raise format_error(path, f"is {kind}, not a regular file or a directory; a dump is an .npz file or a "
                                  "directory of .npy files")
-    if not zipfile.is_zipfile(path):
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except _READ_ERRORS as exc:  # a damaged zip64 locator raises from the test itself
+        raise format_error(path, f"corrupt or truncated .npz archive ({exc})") from None
+    if not is_zip:
         raise format_error(path, "not an .npz (zip) archive nor a directory of .npy files (truncated or corrupt?)")
     try:
         zf = zipfile.ZipFile(path)

@@ -15,7 +15,7 @@ import numpy as np
 
 import math
 
-from ..config import MAX_POSITIONS, MAX_WHOLE_ARRAY_BYTES, MAX_WIDTH
+from ..config import MAX_POSITIONS, MAX_TABLE_BYTES, MAX_WHOLE_ARRAY_BYTES, MAX_WIDTH
 from ..errors import InvalidInput, InvalidType
 from .format import (DEFAULT_DRAFT, FLOAT_DTYPES, METADATA, OPTIONAL_ARRAYS, SPARSE_KINDS,
                      check_draft_name, format_error, metadata_value, parse_array_name)
@@ -24,7 +24,7 @@ from .values import ID_LIMIT
 
 __all__ = ["Layout", "check_structure", "role_key", "index_text"]
 
-_MAX_COSTS_BYTES = 16 << 20
+_MAX_COSTS_BYTES = 4 * MAX_TABLE_BYTES  # a NumPy string array stores 4 bytes per character
 
 
 def role_key(draft: str | None) -> str:
