@@ -7,9 +7,6 @@ from __future__ import annotations
 # ---- kernels
 #: vocabulary block of the two-level inverse-CDF sampler: block sums first, then a scan inside one block
 BLOCK = 1024
-#: up to this V the alpha kernel keeps both rows' weights in per-thread buffers (16 B per token and thread;
-#: measured faster than recomputing the exponentials at V = 49152 and 128256)
-ALPHA_SCRATCH_MAX_V = 1 << 20
 #: token verification reads every row of a batch row ahead during its first weight passes when the row's logits
 #: (all positions, target and draft) take at most this many bytes, so they stay cached until used; larger rows
 #: read only the next position's rows ahead (the rest would be evicted and read twice).  Speed only: same results

@@ -168,13 +168,12 @@ def _thread_flat(size):
     return flat
 
 
-def _buffers(n, V):
-    """Work buffers of n kernel threads: float64 [n, token.buffer_size(V, blocks)].
+def _buffers(n, size):
+    """Work buffers of n kernel threads: float64 [n, size] (``size``: the kernel's buffer_size).
 
     Kept between calls (per Python thread, so concurrent calls from several threads never share them): fresh
     multi-MiB allocations are page-faulted in on every call once the allocator has returned memory to the OS
     (measured: +0.15 ms per call at V = 32000)."""
-    size = _row_buffer_size(V)
     return _thread_flat(n * size)[:n * size].reshape(n, size)
 
 
@@ -184,18 +183,23 @@ def _run_token(xt, xd, has_draft, check_all, toks, nd, params, seeds, out, stats
     nth = numba.get_num_threads() if B >= 2 else 1
     if nth > 1:
         token_kernels.verify_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats,
-                                         _buffers(min(nth, B), V))
+                                         _buffers(min(nth, B), _row_buffer_size(V)))
     else:  # one row (or one thread): no parallel region, lowest latency
         token_kernels.verify_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats,
-                                           _buffers(1, V))
+                                           _buffers(1, _row_buffer_size(V)))
 
 
 def _run_block(xt, xd, has_draft, check_all, toks, nd, params, seeds, out, stats):
+    B, K1, V = xt.shape
     seeds, derive = seeds
-    if xt.shape[0] >= 2 and numba.get_num_threads() > 1:
-        block_kernels.block_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats)
-    else:
-        block_kernels.block_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats)
+    size = block_kernels.buffer_size(K1, V, (V + BLOCK - 1) // BLOCK)
+    nth = numba.get_num_threads() if B >= 2 else 1
+    if nth > 1:
+        block_kernels.block_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats,
+                                        _buffers(min(nth, B), size))
+    else:  # one row (or one thread): no parallel region
+        block_kernels.block_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats,
+                                          _buffers(1, size))
 
 
 def _seeds(seed, B):

@@ -124,14 +124,18 @@ def random_model(seed, vocab, zero_prob=0.3):
     return model
 
 
-def chi2_fits(counts, expected, n_tests):
-    """Calibrated goodness of fit: False with probability < 1e-6 / n_tests for a correct sampler.
+def _outcomes(x):
+    """A mapping outcome -> value: a dict as given, an array as {flat index: value}."""
+    return x if isinstance(x, dict) else dict(enumerate(np.asarray(x, float).ravel()))
 
-    ``counts`` and ``expected`` map outcomes to observed counts and exact probabilities; an outcome of
-    probability 0 that was observed fails an assertion outright.
-    """
-    from scipy import stats
 
+def chi2_statistic(counts, expected):
+    """(statistic, degrees of freedom) of Pearson's chi-square of observed counts against exact probabilities.
+
+    ``counts`` and ``expected`` map outcomes to observed counts and exact probabilities (dicts, or arrays indexed
+    by outcome); outcomes of probability 0 are left out of the statistic, and one that was observed fails an
+    assertion outright."""
+    counts, expected = _outcomes(counts), _outcomes(expected)
     keys = sorted(set(counts) | set(expected))
     for key in keys:
         if expected.get(key, 0) == 0:
@@ -140,7 +144,16 @@ def chi2_fits(counts, expected, n_tests):
     n = sum(counts.values())
     c = np.array([counts.get(key, 0) for key in keys], float)
     e = np.array([float(expected[key]) for key in keys]) * n
-    return ((c - e) ** 2 / e).sum() <= stats.chi2.isf(1e-6 / n_tests, len(keys) - 1)
+    return ((c - e) ** 2 / e).sum(), len(keys) - 1
+
+
+def chi2_fits(counts, expected, n_tests, false_alarm=1e-6):
+    """Calibrated goodness of fit (:func:`chi2_statistic`): False with probability < false_alarm / n_tests for
+    a correct sampler (Bonferroni over the n_tests tests of a file)."""
+    from scipy import stats
+
+    s, df = chi2_statistic(counts, expected)
+    return s <= stats.chi2.isf(false_alarm / n_tests, df)
 
 
 # --------------------------------------------------------------------------- n-gram (prompt lookup) proposer

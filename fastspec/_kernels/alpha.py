@@ -15,11 +15,13 @@ import numpy as np
 
 from .._numba.jit import parallel_kernel, kernel, prange
 from .._numba.lanes import lane_min_sum
-from .rows import ROW_OK, argmax_of, row_max, status
+from .rows import ROW_NO_FINITE, ROW_OK, argmax_of, row_max, status
 from . import half
 from .process import processed_weights, row_cutoff
 from .sample import block_count
 
+# alpha_row's status: ROW_OK, a bad target row's rows.status code (1-3), or DRAFT_STATUS + a bad draft row's (4-6)
+DRAFT_STATUS = ROW_NO_FINITE
 
 @kernel
 def _weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, use_table, tables, state):
@@ -34,7 +36,8 @@ def _weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, use_table, table
 
 @kernel
 def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, use_table, tables, state):
-    """(alpha, status) of one row pair; status 0 ok, 1-3 target row NaN/+inf/no finite value, 4-6 draft row.
+    """(alpha, status) of one row pair; status ROW_OK, the target row's :func:`status` (NaN/+inf/no finite
+    value) or :data:`DRAFT_STATUS` + the draft row's.
     ``use_table``: float16 rows (uint16 bits) take their weights from the per-thread tables (tables, state)."""
     mp = row_max(x)
     sp = status(mp)
@@ -43,12 +46,12 @@ def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, use_table, tables, 
     mq = row_max(y)
     sq = status(mq)
     if sq != ROW_OK:
-        return 0.0, 3 + sq
+        return 0.0, DRAFT_STATUS + sq
     if temp == 0.0:
-        return (1.0 if argmax_of(x, mp) == argmax_of(y, mq) else 0.0), 0
+        return (1.0 if argmax_of(x, mp) == argmax_of(y, mq) else 0.0), ROW_OK
     zp = _weights(x, mp, temp, top_k, top_p, min_p, eq, ep, bsum, use_table, tables, state)  # eq: scratch first
     zq = _weights(y, mq, temp, top_k, top_p, min_p, eq, eq, bsum, use_table, tables, state)
-    return min(lane_min_sum(ep, eq, 1.0 / zp, 1.0 / zq, 0, ep.shape[0]), 1.0), 0
+    return min(lane_min_sum(ep, eq, 1.0 / zp, 1.0 / zq, 0, ep.shape[0]), 1.0), ROW_OK
 
 
 @parallel_kernel

@@ -20,7 +20,8 @@ from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.rng import Stream, position_uniform
 from ..config import BLOCK
 from .rows import ROW_OK, argmax_of, row_max, status
-from .sample import NO_EXCLUDED, block_count, block_sums, block_weights, pick_block, row_weights, sample, scan_block
+from .sample import (NO_EXCLUDED, block_count, block_sums, block_weights, pick_block, row_weights, sample,
+                     sample_weights, scan_block)
 from .process import visit_row
 from .token import ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, TARGET_ROWS, UNDERFLOWS, row_seed, validate_rest
 
@@ -73,11 +74,42 @@ def _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u):
     return lo + v if v >= 0 else -1
 
 
+# --------------------------------------------------------------------------------------------- work buffers
+def buffer_size(K1: int, V: int, nb: int) -> int:
+    """float64 elements of one thread's work buffer for rows of K1 = K + 1 positions (see :func:`split_buffer`)."""
+    return max(K1 - 1, 1) * nb + K1 * N_PRM + 2 * V + 2 * nb + 2 * BLOCK
+
+
 @kernel
-def verify_row_block(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p, min_p, seed, out, stats, rsum, prm,
-                     ep, eq, zpb, zqb, tp, tq):
-    """Block-verify one row from logits (arrays as in :func:`fastspec._kernels.token.verify_row_logits`).
-    rsum [max(K, 1), nb], prm [K+1, N_PRM], ep, eq [V], zpb, zqb [nb], tp, tq [BLOCK]: work arrays."""
+def split_buffer(buf, K1, V, nb):
+    """(rsum, prm, wp, wq, zpb, zqb, tp, tq) views of one flat work buffer.
+
+    rsum [max(K1 - 1, 1), nb]: every position's residual block sums; prm [K1, N_PRM]: its processing parameters;
+    wp, wq [V]: the current target / draft weights (wq doubles as the top-k/top-p selection scratch); zpb, zqb
+    [nb]: their block sums; tp, tq [BLOCK]: one block's recomputed weights (tp also block_sums' scratch)."""
+    n = max(K1 - 1, 1) * nb
+    rsum = buf[0:n].reshape((max(K1 - 1, 1), nb))
+    prm = buf[n:n + K1 * N_PRM].reshape((K1, N_PRM))
+    n += K1 * N_PRM
+    wp = buf[n:n + V]
+    wq = buf[n + V:n + 2 * V]
+    n += 2 * V
+    zpb = buf[n:n + nb]
+    zqb = buf[n + nb:n + 2 * nb]
+    n += 2 * nb
+    tp = buf[n:n + BLOCK]
+    tq = buf[n + BLOCK:n + 2 * BLOCK]
+    return rsum, prm, wp, wq, zpb, zqb, tp, tq
+
+
+# --------------------------------------------------------------------------------------------- logits
+@kernel
+def verify_row_block(xt, xd, has_draft, check_all, toks, nd, sp, seed, out, stats, buf):
+    """Block-verify one row from logits (arrays as in :func:`fastspec._kernels.token.verify_row_logits`);
+    sp = (temperature, top_k, top_p, min_p) of the row; buf: a work buffer of :func:`buffer_size` elements."""
+    temp, top_k, top_p, min_p = sp
+    V = xt.shape[1]
+    rsum, prm, wp, wq, zpb, zqb, tp, tq = split_buffer(buf, xt.shape[0], V, block_count(V))
     if temp == 0.0:  # greedy: block verification equals token verification
         for i in range(nd + 1):
             m = row_max(xt[i])
@@ -90,7 +122,7 @@ def verify_row_block(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p,
                 stats[ACCEPTED] = i
                 if check_all:
                     validate_rest(xt, xd, has_draft, toks, nd, i + 1, 0, np.empty(0), 0, temp, top_k, top_p, min_p,
-                                  eq, stats)
+                                  wq, stats)
                 return
         return
     w = 1.0
@@ -98,12 +130,12 @@ def verify_row_block(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p,
     last = nd  # positions 0..last-1 have stored residuals
     for i in range(nd):
         tok = toks[i]
-        ok, mp, itp, thrp, zp = visit_row(xt[i], temp, top_k, top_p, min_p, eq, ep, zpb)
+        ok, mp, itp, thrp, zp = visit_row(xt[i], temp, top_k, top_p, min_p, wq, wp, zpb)
         if not ok:
             stats[BAD_VALUES] = TARGET_ROWS
             return
         if has_draft:
-            ok, mq, itq, thrq, zq = visit_row(xd[i], temp, top_k, top_p, min_p, eq, eq, zqb)
+            ok, mq, itq, thrq, zq = visit_row(xd[i], temp, top_k, top_p, min_p, wq, wq, zqb)
             if not ok:
                 stats[BAD_VALUES] = DRAFT_ROWS
                 return
@@ -116,64 +148,59 @@ def verify_row_block(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p,
         prm[i, P_MAX], prm[i, P_INV_T], prm[i, P_THR] = mp, itp, thrp
         prm[i, Q_MAX], prm[i, Q_INV_T], prm[i, Q_THR] = mq, itq, thrq
         prm[i, RES_A], prm[i, RES_B] = a, b
-        block_sums(ep, eq if has_draft else ep, a, b, excl, rsum[i], tp, 0, rsum.shape[1])
-        qx = eq[tok] / zq if has_draft else 1.0
+        block_sums(wp, wq if has_draft else wp, a, b, excl, rsum[i], tp, 0, rsum.shape[1])
+        qx = wq[tok] / zq if has_draft else 1.0
         if not qx > 0.0:
             stats[BAD_DRAFT] = i + 1
             return
-        tau, w = _step(rsum[i], w, ep[tok] / zp, qx, i, tau, seed)
+        tau, w = _step(rsum[i], w, wp[tok] / zp, qx, i, tau, seed)
         if not w > 0.0:  # every later h is 0: tau is decided
             last = i + 1
             break
     tau = _decide(toks, nd, last, w, tau, seed, out, stats)
     t_read = last
     if tau == nd:  # bonus token from p_{nd}
-        ok, _, _, _, _ = visit_row(xt[nd], temp, top_k, top_p, min_p, eq, ep, zpb)
+        ok, _, _, _, _ = visit_row(xt[nd], temp, top_k, top_p, min_p, wq, wp, zpb)
         if not ok:
             stats[BAD_VALUES] = TARGET_ROWS
             return
-        out[nd] = sample(ep, ep, 1.0, 0.0, NO_EXCLUDED, zpb, position_uniform(seed, nd, Stream.BONUS))
+        out[nd] = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, position_uniform(seed, nd, Stream.BONUS))
         t_read = nd + 1
     else:
         u = position_uniform(seed, tau, Stream.RESIDUAL)
         v = _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u)
         if v < 0:  # the residual underflowed to 0: sample p_tau
             stats[UNDERFLOWS] += 1
-            row_weights(xt[tau], prm[tau, P_MAX], prm[tau, P_INV_T], prm[tau, P_THR], ep, zpb)
-            v = sample(ep, ep, 1.0, 0.0, NO_EXCLUDED, zpb, u)
+            row_weights(xt[tau], prm[tau, P_MAX], prm[tau, P_INV_T], prm[tau, P_THR], wp, zpb)
+            v = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, u)
         out[tau] = v
     if check_all:
         validate_rest(xt, xd, has_draft, toks, nd, t_read, last if has_draft else 0, np.empty(0), 0, temp, top_k,
-                      top_p, min_p, eq, stats)
-
-
-@kernel
-def _block_row(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, b):
-    temp, top_k, top_p, min_p = params
-    K1, V = xt.shape[1], xt.shape[2]
-    nb = block_count(V)
-    rsum = np.empty((max(K1 - 1, 1), nb))
-    prm = np.empty((K1, 8))
-    ep = np.empty(V)
-    eq = np.empty(V)
-    zpb = np.empty(nb)
-    zqb = np.empty(nb)
-    tp = np.empty(BLOCK)
-    tq = np.empty(BLOCK)
-    verify_row_block(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
-                     row_seed(seeds, derive, b), out[b], stats[b], rsum, prm, ep, eq, zpb, zqb, tp, tq)
+                      top_p, min_p, wq, stats)
 
 
 @parallel_kernel
-def block_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats):
-    for b in prange(xt.shape[0]):
-        _block_row(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, b)
+def block_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, buffers):
+    """Rows in parallel: thread chunk c takes rows c, c + n, ... (n = len(buffers)) with work buffer
+    buffers[c] (as :func:`fastspec._kernels.token.verify_logits_rows`); params: the per-row sampling arrays."""
+    temp, top_k, top_p, min_p = params
+    B = xt.shape[0]
+    n = buffers.shape[0]
+    for c in prange(n):
+        for b in range(c, B, n):
+            sp = (temp[b], top_k[b], top_p[b], min_p[b])
+            verify_row_block(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], sp, row_seed(seeds, derive, b), out[b],
+                             stats[b], buffers[c])
 
 
 @kernel
-def block_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats):
+def block_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, buffers):
+    """The same, rows one after the other with buffers[0] (no parallel region)."""
+    temp, top_k, top_p, min_p = params
     for b in range(xt.shape[0]):
-        _block_row(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, b)
+        sp = (temp[b], top_k[b], top_p[b], min_p[b])
+        verify_row_block(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], sp, row_seed(seeds, derive, b), out[b],
+                         stats[b], buffers[0])
 
 
 # --------------------------------------------------------------------------------------------- probabilities
@@ -199,8 +226,7 @@ def verify_row_block_probs(pt, pd, has_draft, toks, nd, seed, out, stats, rsum, 
     tau = _decide(toks, nd, last, w, tau, seed, out, stats)
     if tau == nd:
         p = pt[nd]
-        block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, nb)
-        out[nd] = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, position_uniform(seed, nd, Stream.BONUS))
+        out[nd] = sample_weights(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, position_uniform(seed, nd, Stream.BONUS))
         return
     p = pt[tau]
     q = pd[tau] if has_draft else p
@@ -208,8 +234,7 @@ def verify_row_block_probs(pt, pd, has_draft, toks, nd, seed, out, stats, rsum, 
     v = sample(p, q, ws[tau], 1.0 if has_draft else 0.0, NO_EXCLUDED if has_draft else toks[tau], rsum[tau], u)
     if v < 0:
         stats[UNDERFLOWS] += 1
-        block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, nb)
-        v = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, u)
+        v = sample_weights(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, u)
     out[tau] = v
 
 

@@ -115,7 +115,8 @@ def sample(P, Q, a, b, excl, bsum, u):
 
 @kernel
 def sample_weights(P, Q, a, b, excl, bsum, tmp, u):
-    """:func:`sample` after computing every block sum."""
+    """:func:`sample` after computing every block sum into ``bsum`` (tmp: scratch of BLOCK): the one way a kernel
+    samples weights whose block sums it does not already have."""
     block_sums(P, Q, a, b, excl, bsum, tmp, 0, bsum.shape[0])
     return sample(P, Q, a, b, excl, bsum, u)
 

@@ -24,7 +24,7 @@ from .._numba.rng import Stream, derive_row_seed, position_uniform
 from ..config import BLOCK, READ_AHEAD_BYTES
 from .process import row_cutoff
 from .rows import ROW_OK, argmax_of, row_max, status
-from .sample import NO_EXCLUDED, block_count, block_sums, row_weights_ahead, sample
+from .sample import NO_EXCLUDED, block_count, block_sums, row_weights_ahead, sample, sample_weights
 
 # columns of the per-row stats array [B, N_STATS]
 ACCEPTED = 0  # accepted drafts
@@ -170,8 +170,7 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
         ur = position_uniform(seed, i, Stream.RESIDUAL)
         if two:
             a, b = 1.0 / zp, 1.0 / zq
-            block_sums(wp, wq, a, b, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
-            v = sample(wp, wq, a, b, NO_EXCLUDED, bsum, ur)
+            v = sample_weights(wp, wq, a, b, NO_EXCLUDED, bsum, tmp, ur)
         else:  # one-hot draft: p without the drafted token; only its block's sum changes
             bsum[:] = zpb
             jx = tok // BLOCK
@@ -266,21 +265,17 @@ def verify_row_probs(pt, pd, has_draft, toks, nd, seed, out, stats, bsum, tmp):
         stats[ACCEPTED] = i
         ur = position_uniform(seed, i, Stream.RESIDUAL)
         if has_draft:
-            block_sums(p, q, 1.0, 1.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
-            v = sample(p, q, 1.0, 1.0, NO_EXCLUDED, bsum, ur)
+            v = sample_weights(p, q, 1.0, 1.0, NO_EXCLUDED, bsum, tmp, ur)
         else:
-            block_sums(p, p, 1.0, 0.0, tok, bsum, tmp, 0, bsum.shape[0])
-            v = sample(p, p, 1.0, 0.0, tok, bsum, ur)
+            v = sample_weights(p, p, 1.0, 0.0, tok, bsum, tmp, ur)
         if v < 0:
             stats[UNDERFLOWS] += 1
-            block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
-            v = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, ur)
+            v = sample_weights(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, ur)
         out[i] = v
         return
     stats[ACCEPTED] = nd
     p = pt[nd]
-    block_sums(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
-    out[nd] = sample(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, position_uniform(seed, nd, Stream.BONUS))
+    out[nd] = sample_weights(p, p, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, position_uniform(seed, nd, Stream.BONUS))
 
 
 @parallel_kernel

@@ -12,7 +12,7 @@ from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.lanes import lane_sum
 from .._numba.rng import Stream, candidate_uniform, position_uniform
 from ..config import BLOCK
-from .sample import NO_EXCLUDED, block_count, block_sums, sample
+from .sample import NO_EXCLUDED, block_count, sample_weights
 
 # candidate-sampling modes (fastspec.methods.CANDIDATE_SAMPLING order)
 IID = 0
@@ -32,8 +32,8 @@ UNREACHABLE = 3
 
 @kernel
 def _sample_row(r, bsum, tmp, u):
-    block_sums(r, r, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, 0, bsum.shape[0])
-    return sample(r, r, 1.0, 0.0, NO_EXCLUDED, bsum, u)
+    """A token from the weights r (every block sum computed into bsum)."""
+    return sample_weights(r, r, 1.0, 0.0, NO_EXCLUDED, bsum, tmp, u)
 
 
 @kernel
