@@ -63,6 +63,24 @@ def progress_bar(console, label: str, total: int | None, *, every: int | None = 
     return (lambda: None), advance, set_total, (lambda: None)
 
 
+def stage_progress(console):
+    """``progress(stage, total, every)`` for a library pipeline (e.g. :func:`fastspec.hf.measure_and_predict`): a
+    context manager per stage that shows a :func:`progress_bar` labelled ``stage`` while it runs and yields its
+    ``advance``."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def stage(label: str, total: int, every: int):
+        start, advance, _, stop = progress_bar(console, label, total, every=every)
+        start()
+        try:
+            yield advance
+        finally:
+            stop()
+
+    return stage
+
+
 def _jsonable(obj: Any) -> Any:
     from fractions import Fraction
 

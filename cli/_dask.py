@@ -6,6 +6,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ._common import EXIT_RUNTIME, fail
+from ._options import FlagError
 
 CONNECT_TIMEOUT_S = 5
 
@@ -26,18 +27,19 @@ def open_scheduler(spec: str | None) -> Iterator[object]:
     m = re.fullmatch(r"local(?::(\d+))?", text)
     tcp = re.fullmatch(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})", text)
     if not m and not tcp:
-        fail(f"--scheduler {spec!r} is not understood; use local, local:N or tcp://HOST:PORT")
+        raise FlagError(f"--scheduler {spec!r} is not understood; use local, local:N or tcp://HOST:PORT")
     if m and m.group(1) is not None and not 1 <= int(m.group(1)) <= 1024:
-        fail(f"--scheduler {spec!r}: the number of local workers must be in [1, 1024]")
+        raise FlagError(f"--scheduler {spec!r}: the number of local workers must be in [1, 1024]")
     if tcp and not 1 <= int(tcp.group(2)) <= 65535:
-        fail(f"--scheduler {spec!r}: the port must be in [1, 65535]")
+        raise FlagError(f"--scheduler {spec!r}: the port must be in [1, 65535]")
     try:
         import logging
         import warnings
 
         from distributed import Client, LocalCluster
     except ImportError:
-        fail("--scheduler needs dask: pip install 'fastspec[dask]' (or pip install 'dask[distributed]')")
+        raise FlagError("--scheduler needs dask: pip install 'fastspec[dask]' (or pip install "
+                        "'dask[distributed]')") from None
     cluster = None
     if m:
         n = int(m.group(1)) if m.group(1) is not None else _cores()

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_RUNTIME, fail, progress_bar, stderr_console
-from ._options import MAX_TOKENS, check_model_seed, check_range, check_threads, option_errors
+from ._options import MAX_TOKENS, FlagError, check_model_seed, check_range, check_threads, option_errors
 
 
 def import_hf():
@@ -42,7 +42,7 @@ def check_options(*, max_new_tokens: int, prompts: str, threads: Optional[int], 
     from fastspec.config import MAX_WIDTH
 
     if not os.path.isfile(prompts):
-        fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
+        raise FlagError(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
     check_range("--max-new-tokens", max_new_tokens, 1, MAX_TOKENS, "tokens")
     check_range("--top-k-save", top_k_save, 1, MAX_WIDTH, "2**24, the widest row a dump holds")
     check_threads(threads)
@@ -61,11 +61,6 @@ def check_drafts(hf, drafts) -> dict:
     parse_ngram_draft, with its bounds); else one line naming --draft and the specification (exit 2)."""
     with option_errors("--draft"):
         return hf.parse_draft_specs(drafts)
-
-
-def model_labels(tmodel, drafts) -> dict:
-    """{label: model} of the target and every draft, as the position checks name them (n-gram drafts skipped)."""
-    return {"the target": tmodel, **{f"draft {name}": m for name, m in drafts.items()}}
 
 
 def ignore_eos_option():

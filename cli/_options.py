@@ -7,9 +7,8 @@ from typing import Optional
 
 import typer
 from fastspec.config import MAX_NEW_TOKENS, MAX_REPEATS
+from fastspec.errors import InvalidInput
 from fastspec.machine import available_cpus
-
-from ._common import fail
 
 K_HELP = "Draft length(s): 4, a list 1,2,4,8 or a range 1-8 (each in 1..256)."
 SCHEDULER_HELP = ("Run the α pass on Dask: local (one worker process per core), local:N (N worker processes on "
@@ -85,15 +84,23 @@ def dump_argument(help: str = "Logit dump: an .npz file, a directory of .npy fil
     return typer.Argument(..., metavar="DUMP", help=help)
 
 
+class FlagError(InvalidInput):
+    """A mistake in a command-line option, its message already told about the flag the user typed: the
+    command's one error boundary (``cli.main``: InvalidInput) prints it as one line and exits 2; the translators
+    below (:func:`option_errors`, :func:`argument_errors`) pass it on unchanged."""
+
+
 @contextmanager
 def option_errors(flag: str):
-    """Report the library's InvalidInput / InvalidType as a mistake in ``flag`` (one line, exit 2)."""
-    from fastspec.errors import InvalidInput, InvalidType
+    """Raise the library's InvalidInput / InvalidType as a :class:`FlagError` about ``flag`` (one line, exit 2)."""
+    from fastspec.errors import InvalidType
 
     try:
         yield
+    except FlagError:
+        raise
     except (InvalidInput, InvalidType) as exc:
-        fail(flag_message(flag, str(exc)))
+        raise FlagError(flag_message(flag, str(exc))) from None
 
 
 def flag_message(flag: str, message: str) -> str:
@@ -117,16 +124,26 @@ def check_seed(seed: int) -> int:
 
 def check_range(flag: str, value: Optional[int], low: int, high: int, unit: str = "") -> Optional[int]:
     """``value`` (None: not given) when in [low, high], else the one-line error naming ``flag`` (exit 2)."""
-    if value is not None and not low <= value <= high:
-        fail(f"{flag} {value} is invalid: use an integer in [{low}, {high}]" + (f" ({unit})" if unit else ""))
+    from fastspec.errors import InvalidType, check_int
+
+    if value is not None:
+        try:
+            check_int(flag, value, low, high)
+        except (InvalidInput, InvalidType):
+            raise FlagError(f"{flag} {value} is invalid: use an integer in [{low}, {high}]"
+                            + (f" ({unit})" if unit else "")) from None
     return value
 
 
 def check_model_seed(seed: int) -> int:
     """--seed of dump, cost and measure: an integer in [0, 2**63) (:data:`SEED_END`), the range every step of the
     real-model pipeline takes alike (NumPy's generators, the loop's derived seeds, simulate's seed)."""
-    if not 0 <= seed < SEED_END:
-        fail(f"--seed {seed} is invalid: use {SEED_HELP} (0..{SEED_END - 1})")
+    from fastspec.errors import InvalidType, check_int
+
+    try:
+        check_int("--seed", seed, 0, SEED_END - 1)
+    except (InvalidInput, InvalidType):
+        raise FlagError(f"--seed {seed} is invalid: use {SEED_HELP} (0..{SEED_END - 1})") from None
     return seed
 
 
@@ -138,23 +155,26 @@ def check_threads(threads: Optional[int]) -> Optional[int]:
 
 @contextmanager
 def argument_errors(flags: dict):
-    """Report the library's InvalidInput / InvalidType about one of several arguments as a mistake in its flag:
-    ``flags`` maps the library's argument name to (flag, the value as typed); a message ``"name = value ..."``
-    becomes ``"--flag typed ..."`` (one line, exit 2).  A message about no listed argument names the first flag."""
+    """Raise the library's InvalidInput / InvalidType about one of several arguments as a :class:`FlagError` about
+    its flag: ``flags`` maps the library's argument name to (flag, the value as typed); a message ``"name = value
+    ..."`` becomes ``"--flag typed ..."`` (one line, exit 2).  A message about no listed argument names the first
+    flag."""
     import re
 
-    from fastspec.errors import InvalidInput, InvalidType
+    from fastspec.errors import InvalidType
 
     try:
         yield
+    except FlagError:
+        raise
     except (InvalidInput, InvalidType) as exc:
         msg = str(exc)
         for name, (flag, typed) in flags.items():
             m = re.match(rf"{re.escape(name)} = [^\s:]+", msg)
             if m:
-                fail(f"{flag} {typed}{msg[m.end():]}")
+                raise FlagError(f"{flag} {typed}{msg[m.end():]}") from None
         flag, typed = next(iter(flags.values()))
-        fail(f"{flag} {typed}: {msg}")
+        raise FlagError(f"{flag} {typed}: {msg}") from None
 
 
 def parse_k(text: str) -> list[int]:

@@ -91,10 +91,7 @@ def cost_command(
     finally:
         stop()
     if out is not None:
-        tmp = f"{out}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(table.to_json() + "\n")
-        os.replace(tmp, out)
+        table.save(out)  # atomically: a temporary file in the same directory, then renamed
     if as_json:
         print_json(json.loads(table.to_json()))
         return

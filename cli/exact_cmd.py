@@ -10,7 +10,8 @@ from rich.table import Table
 from fastspec import exact as E
 from fastspec.errors import InvalidInput, InvalidType
 
-from ._common import fail, print_json, stdout_console
+from ._common import print_json, stdout_console
+from ._options import FlagError
 from .main import app
 
 _P_HELP = "Target distribution p, comma-separated (decimals are exact: 0.1 means 1/10; 1/3 also works)."
@@ -33,62 +34,55 @@ def _fmt(x: Fraction | None) -> str:
 
 def _number(text: str, flag: str, index: int | None = None) -> Fraction:
     """One exact number as the library reads it ("0.1" is 1/10, "1/3" works); a bad one ends the command."""
-    try:
-        return E.to_fraction(text, flag, index)
-    except (InvalidInput, InvalidType) as exc:
-        fail(str(exc))
+    return E.to_fraction(text, flag, index)  # InvalidInput / InvalidType: one line, exit 2 (cli.main)
 
 
 def _entries(text: str, flag: str) -> list[Fraction]:
     """A comma-separated list of exact numbers given to ``flag``."""
     if text is None or not text.strip():
-        fail(f"{flag} is empty; give comma-separated probabilities, e.g. {flag} 0.5,0.3,0.2")
+        raise FlagError(f"{flag} is empty; give comma-separated probabilities, e.g. {flag} 0.5,0.3,0.2")
     items = [t.strip() for t in text.split(",")]
     for i, t in enumerate(items):
         if not t:
-            fail(f"{flag} has an empty entry at index {i}; give comma-separated numbers, e.g. 0.5,0.3,0.2")
+            raise FlagError(f"{flag} has an empty entry at index {i}; give comma-separated numbers, e.g. "
+                            "0.5,0.3,0.2")
     return [_number(t, flag, i) for i, t in enumerate(items)]
 
 
 def _distribution(values: list[Fraction], flag: str, normalize: bool):
     # The library checks the entries (names them flag[i]); the sum rule is this command's, with its own flag.
-    try:
-        dist = E.as_distribution(values, flag, normalize=True)
-    except (InvalidInput, InvalidType) as exc:
-        fail(str(exc))
+    dist = E.as_distribution(values, flag, normalize=True)  # InvalidInput / InvalidType: one line, exit 2
     total = sum(values, Fraction(0))
     if not normalize and total != 1:
-        fail(f"{flag} sums to {total} (= {float(total):.12g}), not 1; fix the entries or pass --normalize "
-             "to divide them by their sum")
+        raise FlagError(f"{flag} sums to {total} (= {float(total):.12g}), not 1; fix the entries or pass --normalize "
+                        "to divide them by their sum")
     return dist
 
 
 def _pair(p: str, q: str, normalize: bool):
     ps, qs = _entries(p, "--p"), _entries(q, "--q")
     if len(ps) != len(qs):
-        fail(f"length mismatch: --p has {len(ps)} entries, --q has {len(qs)}; both must cover the same vocabulary")
+        raise FlagError(f"length mismatch: --p has {len(ps)} entries, --q has {len(qs)}; both must cover the same "
+                        "vocabulary")
     return _distribution(ps, "--p", normalize), _distribution(qs, "--q", normalize)
 
 
 def _policy(name: str, given: dict):
     """The policy ``name`` with the parameters given on the command line (None: not given)."""
-    try:
-        takes = E.policy_parameters(name)
-    except (InvalidInput, InvalidType) as exc:
-        fail(str(exc))
+    takes = E.policy_parameters(name)  # InvalidInput / InvalidType: one line, exit 2
     for param, value in given.items():
         flag, what = _PARAMS[param]
         if value is not None and param not in takes:
             takers = [n for n in E.POLICIES if param in E.policy_parameters(n)]
-            fail(f"{flag} does not apply to policy {name!r}; it is for: {', '.join(takers)}")
+            raise FlagError(f"{flag} does not apply to policy {name!r}; it is for: {', '.join(takers)}")
         if value is None and param in takes and takes[param] is None:
-            fail(f"policy {name!r} needs {flag}, {what}; e.g. {flag} 0.3")
+            raise FlagError(f"policy {name!r} needs {flag}, {what}; e.g. {flag} 0.3")
     values = {param: _number(v, _PARAMS[param][0]) for param, v in given.items() if v is not None}
     try:
         return E.get_policy(name, **values)
     except (InvalidInput, InvalidType) as exc:
         flags = " ".join(f"{_PARAMS[param][0]} {given[param]}" for param in values)
-        fail(f"{flags}: {exc}")
+        raise FlagError(f"{flags}: {exc}") from None
 
 
 @app.command("exact")

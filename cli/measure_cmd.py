@@ -3,16 +3,13 @@ offline prediction (needs fastspec[hf])."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from typing import List, Optional
 
 import typer
 from rich.table import Table
 
-from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
-from ._hf import (check_drafts, check_options, eos_ids, ignore_eos_option, import_hf, load_models, model_labels,
-                  set_threads)
+from ._common import fail, print_json, stage_progress, stderr_console, stdout_console
+from ._hf import check_drafts, check_options, ignore_eos_option, import_hf, set_threads
 from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_range,
                        json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
                        target_option, temperature_option, top_k_option, top_p_option)
@@ -77,8 +74,13 @@ def measure_command(
         fail(f"--dump {dump}: no such file or directory")
     if dump is not None and (save_dump is not None or top_k_save is not None):
         fail("--dump uses an existing dump; --save-dump and --top-k-save only apply to the dump measure makes")
-    if max_prompts is not None and max_prompts < 1:
-        fail(f"--max-prompts {max_prompts} is invalid: use a positive count")
+    if max_prompts is not None:
+        from fastspec.errors import check_int
+
+        try:
+            check_int("--max-prompts", max_prompts, 1)
+        except ValueError:
+            fail(f"--max-prompts {max_prompts} is invalid: use a positive count")
     if trials is not None:
         from fastspec.simulate.config import check_trials
 
@@ -99,89 +101,33 @@ def measure_command(
         with option_errors("--save-dump"):
             hf.check_dump_path(save_dump)
     specs = check_drafts(hf, draft)  # a malformed n-gram specification: one line, before any loading
-    tmodel, tok, drafts = load_models(hf, target, specs)
-    from fastspec.ngram import NgramProposer
+    from fastspec.errors import InvalidInput, InvalidType
 
-    models = {n: m for n, m in drafts.items() if not isinstance(m, NgramProposer)}
-    ngrams = {n: m for n, m in drafts.items() if isinstance(m, NgramProposer)}
-    ids = hf.read_prompts(prompts, tok)[:max_prompts]
-    from fastspec.hf.args import check_generation_positions
-    from fastspec.hf.costs import check_cost_context
-
-    with argument_errors({"max_new_tokens": ("--max-new-tokens", max_new_tokens)}):  # before any generation
-        check_generation_positions(model_labels(tmodel, drafts), ids, max_new_tokens)
-        if table is None:  # the cost measurement's context (median prompt + N // 2) + the largest k + 1
-            check_cost_context(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens)
-    eos = eos_ids(hf, tmodel, tok, ignore_eos)
-    console = stderr_console()
-    notes = []
-    if table is None:
-        from fastspec.hf.costs import DEFAULT_WARMUP
-
-        start, advance, _, stop = progress_bar(console, "measuring costs (rounds)", cost_repeats + DEFAULT_WARMUP,
-                                               every=5)
-        start()
-        try:
-            table = hf.measure_costs(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
-                                     repeats=cost_repeats, **params.as_dict(), seed=seed, progress=advance)
-        finally:
-            stop()
-    missing = [n for n in drafts if n not in table.draft_forward_s]
-    if missing:
-        notes.append(f"the cost table has no entry for draft(s) {', '.join(missing)}: their speed-up is not "
-                     f"predicted (it has {', '.join(table.draft_forward_s) or 'none'})")
-    tmpdir = None
-    path = dump
     try:
-        if path is None:
-            if save_dump is not None:
-                path = save_dump
-            else:
-                tmpdir = tempfile.mkdtemp(prefix="fastspec-measure-")
-                path = os.path.join(tmpdir, "dump")
-            start, advance, _, stop = progress_bar(console, "dumping (prediction)", len(ids), every=1)
-            start()
-            try:
-                hf.dump_logits(path, tmodel, models, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
-                               top_k_save=top_k_save, seed=seed, eos_token_id=hf.eos_ids(tmodel, tok),
-                               ignore_eos=ignore_eos, costs=False, progress=advance)
-            finally:
-                stop()
-        with option_errors("--dump"):
-            prediction = hf.predict(path, list(models), ks, **params.as_dict(), trials=trials, seed=seed,
-                                    ngram=ngrams, costs=table)
-    finally:
-        if tmpdir is not None:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-
-    n_configs = 1 + int(hf_generate) + len(ks) * len(drafts)
-    start, advance, _, stop = progress_bar(console, "timed runs (interleaved)", len(ids) * repeats * n_configs,
-                                           every=n_configs)
-    start()
-    try:
-        meas = hf.measure(tmodel, drafts, ids, ks, **params.as_dict(), seed=seed, max_new_tokens=max_new_tokens,
-                          eos_token_id=eos, ignore_eos=ignore_eos, repeats=repeats, plain=True,
-                          hf_generate=hf_generate, progress=advance)
-    finally:
-        stop()
-    import torch
-
-    rows = hf.compare(meas, prediction)
-    warnings = prediction.warnings + notes
-    config = {"target": target, "drafts": specs, "prompts": prompts, "num_prompts": len(ids),
+        report = hf.measure_and_predict(target, specs, prompts, ks, **params.as_dict(), max_new_tokens=max_new_tokens,
+                                        ignore_eos=ignore_eos, seed=seed, repeats=repeats, max_prompts=max_prompts,
+                                        dump=dump, save_dump=save_dump, top_k_save=top_k_save, costs=table,
+                                        cost_repeats=cost_repeats, hf_generate=hf_generate, trials=trials,
+                                        progress=stage_progress(stderr_console()))
+    except (InvalidInput, InvalidType) as exc:  # told about the option the user typed
+        argument = getattr(exc, "argument", None)
+        if argument == "max_new_tokens":
+            with argument_errors({"max_new_tokens": ("--max-new-tokens", max_new_tokens)}):
+                raise
+        if argument == "dump":
+            with option_errors("--dump"):
+                raise
+        raise
+    meas, ids = report.measurement, report.prompts
+    config = {"target": target, "drafts": report.drafts, "prompts": prompts, "num_prompts": len(ids),
               "max_prompts": max_prompts, "k": ks, **params.as_dict(), "max_new_tokens": max_new_tokens,
-              "ignore_eos": ignore_eos, "seed": seed, "repeats": repeats,
-              "dump": dump if dump is not None else save_dump, "dump_kind": prediction.dump_kind,
-              "costs": costs if costs is not None else "measured",
-              "threads": torch.get_num_threads(), "order": meas.settings["order"]}
+              "ignore_eos": ignore_eos, "seed": seed, "repeats": repeats, "dump": report.dump,
+              "dump_kind": report.dump_kind, "costs": costs if costs is not None else "measured",
+              "threads": report.threads, "order": meas.settings["order"]}
     if as_json:
-        print_json({"config": config, "results": rows, "plain": meas.plain.as_dict(),
-                    "hf_generate": None if meas.hf_generate is None else meas.hf_generate.as_dict(),
-                    "runner_vs_generate": meas.runner_vs_generate,
-                    "costs": table.as_dict(), "prediction_warnings": warnings,
-                    "schedule": [list(s) for s in meas.schedule]})
+        print_json({"config": config, **report.as_dict()})
         return
-    _print_tables(rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, warnings)
+    _print_tables(report.rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, report.warnings)
 
 
 def _print_tables(rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, warnings) -> None:

@@ -160,6 +160,7 @@ def no_loading(monkeypatch):
 
     monkeypatch.setattr(hf, "resolve_models", boom)
     monkeypatch.setattr(hf, "load_model", boom)
+    monkeypatch.setattr(hf.pipeline, "resolve_models", boom)  # measure's pipeline loads through it
 
 
 @pytest.mark.hf
@@ -196,12 +197,15 @@ def dirs(tmp_path_factory):
 def no_generation(monkeypatch):
     """Fail the test when a command reaches an entry point that generates or times anything."""
     from fastspec import hf
+    from fastspec.hf import pipeline
 
     def boom(*_a, **_k):
         raise _Reached("generation started before the position limit was checked")
 
     for name in ("dump_logits", "measure_costs", "measure", "generate", "speculative_generate"):
         monkeypatch.setattr(hf, name, boom)
+        if hasattr(pipeline, name):  # measure's pipeline (fastspec.hf.measure_and_predict) calls them from there
+            monkeypatch.setattr(pipeline, name, boom)
 
 
 @pytest.mark.hf

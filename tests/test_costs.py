@@ -72,3 +72,23 @@ def test_unknown_draft_and_bad_json():
     with pytest.raises(ValueError, match="no such file"):
         CostTable.from_file("/nonexistent/costs.json")
     assert isinstance(t.loop_cost("small"), LoopCost)
+
+
+def test_save_writes_atomically_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import os
+
+    table = CostTable.from_dict(TABLE)
+    path = tmp_path / "costs.json"
+    assert table.save(path) == str(path)
+    assert path.read_text(encoding="utf-8") == table.to_json() + "\n"
+    assert CostTable.from_file(path).as_dict() == table.as_dict()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["costs.json"]
+
+    def broken(_src, _dst):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", broken)  # a failed write leaves the old table and no temporary file
+    with pytest.raises(OSError, match="disk gone"):
+        CostTable.from_dict({**TABLE, "machine": "other"}).save(path)
+    assert path.read_text(encoding="utf-8") == table.to_json() + "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["costs.json"]

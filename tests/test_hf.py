@@ -323,6 +323,38 @@ def test_measure_cli_json(model_dirs):
         "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
 
 
+
+def test_measure_and_predict_is_the_library_pipeline(model_dirs, tmp_path):
+    """fastspec.hf.measure_and_predict runs measure's stages in order (progress per stage), keeps the dump at
+    save_dump, and tags the errors about the token budget so a caller can name its own option."""
+    from contextlib import contextmanager
+
+    from fastspec.errors import InvalidInput
+
+    seen = []
+
+    @contextmanager
+    def progress(stage, total, _every):
+        done = []
+        yield lambda n=1: done.append(n)
+        seen.append((stage, total, sum(done)))
+
+    hf.set_threads(1)
+    kept = tmp_path / "kept.npz"
+    report = hf.measure_and_predict(model_dirs["target"], ["exit1"], model_dirs["prompts"], [1], max_new_tokens=4,
+                                    max_prompts=2, cost_repeats=1, hf_generate=False, trials=10,
+                                    save_dump=str(kept), progress=progress)
+    assert [s for s, _, _ in seen] == ["loading models", "measuring costs (rounds)", "dumping (prediction)",
+                                       "timed runs (interleaved)"]
+    assert all(total == done for _, total, done in seen)
+    assert len(report.prompts) == 2 and kept.exists() and report.dump == str(kept) and report.costs_measured
+    assert [(r["draft"], r["k"]) for r in report.rows] == [("exit1", 1)]
+    assert set(report.as_dict()) == {"results", "plain", "hf_generate", "runner_vs_generate", "costs",
+                                      "prediction_warnings", "schedule"}
+    with pytest.raises(InvalidInput) as info:
+        hf.measure_and_predict(model_dirs["target"], ["exit1"], model_dirs["prompts"], [1], max_new_tokens=1000)
+    assert info.value.argument == "max_new_tokens"
+
 def test_ratio_ci():
     est, se, half = hf.ratio_ci([3, 4, 5, 6], [2, 2, 2, 2])
     assert est == pytest.approx(18 / 8)

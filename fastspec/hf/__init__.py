@@ -23,6 +23,8 @@ One concept per module:
 * :mod:`~fastspec.hf.prediction` -- :func:`ratio_ci`, :func:`speedup_ci`, :func:`predict` and :func:`compare`: a
   dump's prediction (``simulate``'s: model and n-gram drafts, speed-ups from a cost table) with its CI over
   prompts, relative error and z against a measurement (no torch needed there).
+* :mod:`~fastspec.hf.pipeline` -- :func:`measure_and_predict` / :class:`MeasureReport`: load, read the prompts,
+  measure the costs, make or read the dump, predict, run the timed loop and compare (``fastspec measure``);
 * :mod:`~fastspec.hf.args` -- the argument checks the entry points share.
 
 Sampling parameters follow :class:`fastspec.params.SamplingParams`; every token is drawn by
@@ -40,6 +42,7 @@ from .models import (check_same_tokenizer, check_vocab_size, early_exit, eos_ids
                      model_files, parse_draft_specs, parse_ngram_spec, quiet_logging, resolve_models, set_threads)
 from .prediction import (Prediction, compare, predict, prediction_over_prompts, ratio_ci, relative_error, speedup_ci,
                          z_difference)
+from .pipeline import MeasureReport, measure_and_predict
 from .prompts import read_prompts
 
 __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer", "resolve_models", "read_prompts",
@@ -49,4 +52,5 @@ __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer",
            "check_vocab_size", "parse_draft_specs", "parse_ngram_spec", "model_files",
            "eos_ids", "set_threads", "quiet_logging", "check_dump_path",
            "Prediction", "predict", "prediction_over_prompts", "compare", "relative_error", "z_difference",
-           "timed_generate", "hf_generate", "GenerateResult", "Measurement", "ClockResult", "speedup_ci"]
+           "timed_generate", "hf_generate", "GenerateResult", "Measurement", "ClockResult", "speedup_ci",
+           "measure_and_predict", "MeasureReport"]

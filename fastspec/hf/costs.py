@@ -41,13 +41,14 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .. import verify_logits
 from ..costs import COST_TABLE_VERSION, CostTable
 from ..errors import InvalidInput, InvalidType
 from ..ngram import NgramProposer
 from ..params import SamplingParams
-from .args import MAX_K, MAX_NEW_TOKENS, as_token_ids, check_k, check_max_new_tokens, check_positions, positive_int
-from .loop import _draw, generate, teacher_forced_logits
+from ..verify import verify_logits
+from .args import (MAX_K, MAX_NEW_TOKENS, as_token_ids, check_k, check_max_new_tokens, check_positions, int_in,
+                   positive_int)
+from .loop import _draw, generate, start_numba_pool, teacher_forced_logits
 from .runner import KVRunner
 
 __all__ = ["measure_costs", "check_cost_context", "machine_name", "median_se", "DEFAULT_CONTEXT_LENGTH",
@@ -232,9 +233,9 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
     params = SamplingParams(temperature, top_k, top_p, min_p)
     sp = params.as_dict()
     ks = _ks(kmax, ks)
+    start_numba_pool()  # before any timing: the verify_logits of the first round would start it otherwise
     repeats = positive_int("repeats", repeats)
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, np.integer)) or warmup < 0:
-        raise InvalidInput(f"warmup = {warmup!r} is invalid: use an integer >= 0 (rounds discarded)")
+    warmup = int_in("warmup", warmup, 0, note=" (rounds discarded)")
     models, ngrams = _split_drafts(drafts)
     V = _vocab(target)
     for name, m in models.items():

@@ -33,7 +33,7 @@ from ..params import SamplingParams
 from ..processing import probabilities
 from .args import (as_token_ids, check_generation_positions, check_k, check_max_new_tokens, check_positions, eos_set,
                    positive_int)
-from .loop import derive_seed, generate, teacher_forced_logits
+from .loop import derive_seed, generate, start_numba_pool, teacher_forced_logits
 from .models import check_vocab_size
 
 __all__ = ["dump_logits", "check_dump_path", "check_dump_positions", "DUMP_DTYPES", "STAGING_PREFIX",
@@ -209,6 +209,7 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
     ``compressed`` (npz only) defaults to True for sparse dumps.  ``progress(1)`` is called after each prompt,
     ``cost_progress(1)`` after each cost-measurement round."""
     params = SamplingParams(temperature, top_k, top_p, min_p)
+    start_numba_pool()  # before torch's first forward here (the kernels would start it mid-run otherwise)
     n_new = check_max_new_tokens(max_new_tokens)
     drafts = dict(drafts or {})
     for name in drafts:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import verify_logits
+from ..verify import verify_logits
 from ..errors import InvalidInput
 from ..ngram import NgramProposer, propose
 from ..params import SamplingParams
@@ -55,8 +55,10 @@ def _loop_inputs(input_ids, max_new_tokens, eos_token_id, seed):
             np.random.default_rng(seed))
 
 
-def _start_numba_pool() -> None:
-    """Start Numba's thread pool now and keep torch's thread count.  Starting it (lazily, at the first parallel
+@functools.lru_cache(maxsize=None)
+def start_numba_pool() -> None:
+    """Start Numba's thread pool (once per process, at the first loop, dump or cost measurement -- not at import)
+    and keep torch's thread count.  Starting it inside a kernel (Numba's own lazy start, at the first parallel
     kernel) after torch has used OpenMP resets OpenMP's thread count to Numba's: torch would then run every
     later forward with ``NUMBA_NUM_THREADS`` threads whatever ``torch.set_num_threads`` said -- the runner and
     Hugging Face ``generate`` would no longer run on the same threads."""
@@ -79,6 +81,7 @@ def _serial_kernels(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        start_numba_pool()
         n = torch.get_num_threads()
         before = numba.get_num_threads()
         numba.set_num_threads(1)
@@ -91,8 +94,6 @@ def _serial_kernels(fn):
 
     return wrapper
 
-
-_start_numba_pool()
 
 
 def derive_seed(seed: int, *keys: int) -> int:
@@ -198,6 +199,7 @@ def hf_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=
     ``max_new_tokens`` tokens.  Its prefill forward over the whole prompt also produces the first token, so
     ``prefill_s`` is the time to the first token and ``decode_tokens`` excludes it.  Only a generation
     config built here is used (no sampling defaults of the model's own)."""
+    start_numba_pool()  # as the runner's loops do, so both time torch on the same threads
     from transformers import GenerationConfig
 
     params = SamplingParams(temperature, top_k, top_p, min_p)
