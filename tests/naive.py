@@ -147,6 +147,20 @@ def chi2_statistic(counts, expected):
     return ((c - e) ** 2 / e).sum(), len(keys) - 1
 
 
+def chi2_pooled(counts, expected_p, n: int) -> tuple[float, int]:
+    """(statistic, degrees of freedom) of Pearson's chi-square over the cells of array ``counts`` whose expected
+    count ``expected_p * n`` is >= 5, the other cells of nonzero probability pooled into one (for joint laws with
+    many rare outcomes, e.g. two tokens of a real model); a zero-probability cell that was observed fails."""
+    counts, exp = np.asarray(counts).ravel(), np.asarray(expected_p, float).ravel() * n
+    assert counts[exp == 0].sum() == 0, "a zero-probability outcome was produced"
+    big = exp >= 5
+    small = (~big) & (exp > 0)
+    obs = list(counts[big]) + ([counts[small].sum()] if small.any() else [])
+    ex = list(exp[big]) + ([exp[small].sum()] if small.any() else [])
+    obs, ex = np.asarray(obs, float), np.asarray(ex, float)
+    return float(((obs - ex) ** 2 / ex).sum()), len(obs) - 1
+
+
 def chi2_fits(counts, expected, n_tests, false_alarm=1e-6):
     """Calibrated goodness of fit (:func:`chi2_statistic`): False with probability < false_alarm / n_tests for
     a correct sampler (Bonferroni over the n_tests tests of a file)."""

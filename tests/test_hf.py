@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from hf_models import V, save_model as _save_model, tiny, torch
+from naive import chi2_pooled
 
 import fastspec
 from fastspec import hf
@@ -44,17 +45,6 @@ def _probs(model, ids, **params):
     with torch.no_grad():
         lg = model(torch.tensor([ids])).logits[0, -1].float().numpy()
     return fastspec.probabilities(lg[None], **params)[0]
-
-
-def _chi2(counts: np.ndarray, expected_p: np.ndarray, n: int) -> tuple[float, int]:
-    """Pearson statistic over cells with expected count >= 5 (the rest pooled); zero-probability cells must be empty."""
-    counts, exp = counts.ravel(), expected_p.ravel() * n
-    assert counts[exp == 0].sum() == 0, "a zero-probability outcome was produced"
-    big = exp >= 5
-    obs = list(counts[big]) + ([counts[(~big) & (exp > 0)].sum()] if ((~big) & (exp > 0)).any() else [])
-    ex = list(exp[big]) + ([exp[(~big) & (exp > 0)].sum()] if ((~big) & (exp > 0)).any() else [])
-    obs, ex = np.asarray(obs, float), np.asarray(ex, float)
-    return float(((obs - ex) ** 2 / ex).sum()), len(obs) - 1
 
 
 # ------------------------------------------------------------------------------- same distribution
@@ -85,7 +75,7 @@ def test_first_two_tokens_follow_target_distribution(pair):
     joint = _two_token_law(target, params)
     assert abs(joint.sum() - 1) < 1e-9
     n = 1500
-    stat, df = _chi2(_sample_pairs(target, draft, n, params), joint, n)
+    stat, df = chi2_pooled(_sample_pairs(target, draft, n, params), joint, n)
     assert stat < stats.chi2.isf(1e-6, df), (stat, df)
 
 
@@ -109,7 +99,7 @@ def test_broken_loop_fails_the_same_test(pair, monkeypatch):
     monkeypatch.setattr(hf.loop, "verify_logits", broken)  # the loop's verifier
     joint = _two_token_law(target, params)
     n = 500
-    stat, df = _chi2(_sample_pairs(target, draft, n, params, seed0=10_000), joint, n)
+    stat, df = chi2_pooled(_sample_pairs(target, draft, n, params, seed0=10_000), joint, n)
     assert stat > stats.chi2.isf(1e-6, df), (stat, df)
 
 

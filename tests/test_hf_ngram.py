@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from hf_models import V, save_model as _save_model, tiny, torch
+from naive import chi2_pooled
 
 import fastspec
 from fastspec import hf
@@ -48,17 +49,6 @@ def _probs(model, ids, **params):
     with torch.no_grad():
         lg = model(torch.tensor([ids])).logits[0, -1].float().numpy()
     return fastspec.probabilities(lg[None], **params)[0]
-
-
-def _chi2(counts, expected_p, n):
-    counts, exp = counts.ravel(), expected_p.ravel() * n
-    assert counts[exp == 0].sum() == 0, "a zero-probability outcome was produced"
-    big = exp >= 5
-    small = (~big) & (exp > 0)
-    obs = list(counts[big]) + ([counts[small].sum()] if small.any() else [])
-    ex = list(exp[big]) + ([exp[small].sum()] if small.any() else [])
-    obs, ex = np.asarray(obs, float), np.asarray(ex, float)
-    return float(((obs - ex) ** 2 / ex).sum()), len(obs) - 1
 
 
 def _two_token_law(model):
@@ -94,7 +84,7 @@ def test_ngram_loop_first_two_tokens_follow_target_law(target):
     chi-square at false-alarm 1e-6."""
     joint = _two_token_law(target)
     n = 1500
-    stat, df = _chi2(_sample_pairs(target, n, 0), joint, n)
+    stat, df = chi2_pooled(_sample_pairs(target, n, 0), joint, n)
     assert stat < stats.chi2.isf(1e-6, df), (stat, df)
 
 
@@ -116,7 +106,7 @@ def test_broken_ngram_loop_fails_the_same_test(target, monkeypatch):
     monkeypatch.setattr(hf.loop, "verify_logits", broken)
     joint = _two_token_law(target)
     n = 500
-    stat, df = _chi2(_sample_pairs(target, n, 10_000), joint, n)
+    stat, df = chi2_pooled(_sample_pairs(target, n, 10_000), joint, n)
     assert stat > stats.chi2.isf(1e-6, df), (stat, df)
 
 
