@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _common import time_interleaved  # noqa: E402
 
-from fastspec.simulate.runners import bernoulli as _bernoulli  # noqa: E402
+from fastspec.simulation.runners import bernoulli as _bernoulli  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -81,7 +81,7 @@ def main():
     print(f"numpy ref: {res['numpy_ref'] * 1e3:8.1f} ms ({ref_trials} trials) -> {ref_rate / 1e6:7.1f} M/s")
     print(f"ratio fastspec/numpy (throughput): {fs_rate / ref_rate:.1f}x")
 
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     dump = ROOT / "data" / "synthetic_pair.npz"
     simulate(str(dump), k=4, mode="token", trials=2, drafts=["mid"])  # compile

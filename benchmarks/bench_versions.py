@@ -74,7 +74,7 @@ def main():
     alpha = rng.beta(4, 1.5, size=(256, 1024))
     lengths = np.full(256, 1024, np.int64)
     ids = np.arange(256, dtype=np.int64)
-    from fastspec.simulate.runners import bernoulli as new_replay
+    from fastspec.simulation.runners import bernoulli as new_replay
 
     old_sim = importlib.import_module("fastspec_old.simulate")
     old_replay = getattr(old_sim, "_bernoulli", None)  # before the consolidation (31b14e8)

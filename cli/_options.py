@@ -179,7 +179,7 @@ def argument_errors(flags: dict):
 
 def parse_k(text: str) -> list[int]:
     """--k as the sorted list of draft lengths (the library's one parser)."""
-    from fastspec.simulate import parse_k_list
+    from fastspec.simulation import parse_k_list
 
     with option_errors("--k"):
         return parse_k_list(text)

@@ -16,7 +16,7 @@ from ._options import (MAX_REPEATS, MAX_TOKENS, REPEATS_HELP, SEED_HELP, THREADS
                        argument_errors, check_model_seed, check_range, check_threads, json_option, k_option,
                        min_p_option, parse_k, sampling_params, seed_option, target_option, temperature_option,
                        top_k_option, top_p_option)
-from .main import app
+from ._app import app
 
 
 @app.command("cost")

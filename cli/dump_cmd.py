@@ -11,7 +11,7 @@ from ._hf import (check_drafts, check_options, eos_ids, ignore_eos_option, impor
 from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_range,
                        json_option, min_p_option, option_errors, parse_k, sampling_params, seed_option, target_option,
                        temperature_option, top_k_option, top_p_option)
-from .main import app
+from ._app import app
 
 
 @app.command("dump")

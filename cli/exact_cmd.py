@@ -12,7 +12,7 @@ from fastspec.errors import InvalidInput, InvalidType
 
 from ._common import print_json, stdout_console
 from ._options import FlagError
-from .main import app
+from ._app import app
 
 _P_HELP = "Target distribution p, comma-separated (decimals are exact: 0.1 means 1/10; 1/3 also works)."
 _Q_HELP = "Draft distribution q, comma-separated, same length as p."

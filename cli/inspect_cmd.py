@@ -10,7 +10,7 @@ from ._common import fail, print_json, progress_bar, stderr_console, stdout_cons
 from ._dask import open_scheduler
 from ._options import (check_sampling, dump_argument, integrity_option, json_option, k_option, min_p_option, parse_k,
                        scheduler_option, temperature_option, top_k_option, top_p_option)
-from .main import app
+from ._app import app
 
 PROGRESS_LINES_BYTES = 256 << 20  # dumps from this size on print progress lines when stderr is not a terminal
 
@@ -36,7 +36,7 @@ def inspect_command(
     integrity: bool = integrity_option(),
 ) -> None:
     """Show the arrays, shapes and drafts of a dump, and each draft's acceptance rate α."""
-    from fastspec.acceptance import alpha_summary, dump_acceptance, expected_tokens_per_step, resolve_sampling
+    from fastspec.acceptance import alpha_summary, expected_tokens_per_step, resolve_sampling
     from fastspec.shards import load_any  # a dump, or a directory of shards (fastspec.shards)
 
     ks = parse_k(k)
@@ -46,7 +46,7 @@ def inspect_command(
     with open_scheduler(scheduler) as client, load_any(dump, client=client, verify_integrity=integrity) as d:
         info = d.describe()
         settings = resolve_sampling(d, **given).as_dict()
-        acc = d.acceptance if hasattr(d, "acceptance") else (lambda **kw: dump_acceptance(d, **kw))
+        acc = d.acceptance
         # the alpha pass reads every byte of the dump: a bar on a terminal; elsewhere (a log) a line per tenth of
         # a dump large enough to take a while
         big = d.size_on_disk >= PROGRESS_LINES_BYTES

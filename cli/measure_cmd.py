@@ -13,7 +13,7 @@ from ._hf import check_drafts, check_options, ignore_eos_option, import_hf, set_
 from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_range,
                        json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
                        target_option, temperature_option, top_k_option, top_p_option)
-from .main import app
+from ._app import app
 
 DRAFT_HELP = ("NAME=MODEL (repeatable); MODEL: directory, .gguf file, exitL (the target's first L layers), or an "
               "n-gram prompt-lookup draft: ngram (n-grams of 1 to 3 tokens) or ngramMIN-MAX (also ngram:MIN-MAX), "
@@ -82,7 +82,7 @@ def measure_command(
         except ValueError:
             fail(f"--max-prompts {max_prompts} is invalid: use a positive count")
     if trials is not None:
-        from fastspec.simulate.config import check_trials
+        from fastspec.simulation.config import check_trials
 
         with option_errors("--trials"):  # simulate's bounds, before any model is loaded
             check_trials(trials, "bernoulli")

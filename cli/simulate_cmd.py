@@ -12,7 +12,7 @@ from ._dask import open_scheduler
 from ._options import (check_sampling, check_seed, dump_argument, integrity_option, json_option, k_option,
                        min_p_option, option_errors, parse_k, scheduler_option, seed_option, temperature_option,
                        top_k_option, top_p_option)
-from .main import app
+from ._app import app
 
 
 def _fmt(v, digits=3):
@@ -70,8 +70,8 @@ def simulate_command(
     integrity: bool = integrity_option(),
 ) -> None:
     """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
-    from fastspec.simulate import AGREEMENT_FALSE_ALARM, VerifyCost, simulate
-    from fastspec.simulate.config import block_trials as check_block_trials, check_mode, check_trials, variants
+    from fastspec.simulation import AGREEMENT_FALSE_ALARM, SimulateConfig, VerifyCost, simulate
+    from fastspec.simulation.config import block_trials as check_block_trials, check_mode, check_trials, variants
 
     ks = parse_k(k)
     given = check_sampling(temperature, top_k, top_p, min_p)
@@ -98,7 +98,7 @@ def simulate_command(
         with option_errors("--costs"):
             table = CostTable.from_file(costs)
     if draft:
-        from fastspec.simulate.ngram import parse_ngram_draft
+        from fastspec.simulation.ngram import parse_ngram_draft
 
         for name in draft:
             with option_errors("--draft"):
@@ -106,6 +106,10 @@ def simulate_command(
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
     plt, plot = (None, None) if plot is None else _plot_target(plot)
+    config = SimulateConfig(k=ks, drafts=draft or None, sampling=given or None, mode=mode, trials=trials, seed=seed,
+                            draft_cost=draft_cost, verify_cost=verify_cost, verify=verify, candidates=candidates,
+                            candidate_sampling=candidate_sampling, block_trials=block_trials,
+                            costs=False if costs is not None and table is None else table)
 
     console = stderr_console()
     start, advance, set_total, stop = progress_bar(console, "simulating", None) if not as_json else (None,) * 4
@@ -113,11 +117,7 @@ def simulate_command(
         start()
     try:
         with open_scheduler(scheduler) as client:
-            res = simulate(dump, k=ks, drafts=draft or None, **given, mode=mode, trials=trials, seed=seed,
-                           draft_cost=draft_cost, verify_cost=verify_cost, progress=advance, progress_total=set_total,
-                           client=client, verify=verify, candidates=candidates,
-                           candidate_sampling=candidate_sampling, block_trials=block_trials,
-                           costs=False if costs is not None and table is None else table,
+            res = simulate(dump, config, progress=advance, progress_total=set_total, client=client,
                            verify_integrity=integrity)
     finally:
         if stop is not None:
@@ -205,77 +205,101 @@ def _costs_line(cfg) -> str:
             "per token")
 
 
-def _print_human(res) -> None:
-    out = stdout_console()
+def _bounds_cells(r, has_cost) -> list[str]:
+    """A sparse dump's model draft: exact lower and upper bounds."""
+    row = [f"[{_fmt(r.alpha_lower)}, {_fmt(r.alpha_upper)}]",
+           f"[{_fmt(r.mean_acceptance_length_lower)}, {_fmt(r.mean_acceptance_length_upper)}]", _ci(r.ci95_sequences)]
+    return row + ([f"[{_fmt(r.speedup_lower, 2)}, {_fmt(r.speedup_upper, 2)}]x", _ci(r.speedup_ci95, 2, "x")]
+                  if has_cost else [])
+
+
+def _exact_only_cells(r, has_cost) -> list[str]:
+    """An exact row in the bounds table (the n-gram draft of a sparse, greedy dump)."""
+    row = ["-", f"{_fmt(r.mean_acceptance_length_exact)}", _ci(r.ci95_sequences)]
+    return row + ([f"{r.speedup:.2f}x" if r.speedup is not None else "-", _ci(r.speedup_ci95, 2, "x")]
+                  if has_cost else [])
+
+
+def _dense_cells(r, has_cost) -> list[str]:
+    """A row of a dense dump: exact figures and the Monte-Carlo estimate (as the row's kind has them)."""
+    if r.kind == "ngram":
+        mc = "exact only"
+    else:
+        half = None if r.ci95 is None else (r.ci95[1] - r.ci95[0]) / 2
+        mc = (_fmt(r.mean_acceptance_length) + (" (n/a)" if half is None else f" ±{half:.3f}")
+              + (" !" if r.mc_agrees_with_exact is False else ""))
+    row = [_fmt(r.alpha), "n/a (MC only)" if r.kind == "block" else _fmt(r.mean_acceptance_length_exact),
+           _ci(r.ci95_sequences), mc, _fmt(r.draft_acceptance_rate)]
+    if has_cost:
+        row.append("-" if r.speedup is None else f"{r.speedup:.2f}x" + (
+            f" ({_ci(r.speedup_ci95, 2)})" if r.speedup_ci95 is not None else ""))
+    return row
+
+
+def _columns(sparse, has_cost, variants) -> list[str]:
+    if sparse:
+        return (["draft", "k", "alpha [lo, hi]", "tokens/step exact [lo, hi]", "95% CI prompts"]
+                + (["speed-up [lo, hi]", "speed-up 95% CI"] if has_cost else []))
+    return (["draft", "k"] + (["verify"] if variants else [])
+            + ["alpha", "tokens/step exact", "95% CI prompts", "MC (95% CI)", "accept rate"]
+            + (["speed-up (95% CI)"] if has_cost else []))
+
+
+def _results_table(res) -> Table:
     cfg = res.config
-    sparse = cfg["dump_kind"] == "sparse"
+    sparse, has_cost, variants = cfg["dump_kind"] == "sparse", cfg.get("costs") is not None, "variants" in cfg
     title = (f"fastspec simulate {res.dump}  (T={cfg['temperature']:g}, top_k={cfg['top_k']}, top_p={cfg['top_p']:g}, "
              f"min_p={cfg['min_p']:g}, mode={cfg['mode']}, trials={cfg['trials']}, seed={cfg['seed']})")
     table = Table(title=title, title_justify="left")
-    has_cost = cfg.get("costs") is not None
-    if sparse:
-        cols = ["draft", "k", "alpha [lo, hi]", "tokens/step exact [lo, hi]", "95% CI prompts"]
-        cols += ["speed-up [lo, hi]", "speed-up 95% CI"] if has_cost else []
-    else:
-        cols = ["draft", "k", "alpha", "tokens/step exact", "95% CI prompts", "MC (95% CI)", "accept rate"]
-        cols += ["speed-up (95% CI)"] if has_cost else []
-        if "variants" in cfg:
-            cols.insert(2, "verify")
-    for c in cols:
+    for c in _columns(sparse, has_cost, variants):
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
     for r in res.results:
         mark = " *" if res.best.get(r.draft) == r.k and r.verify == "token" and r.candidates == 1 else ""
-        if r.mean_acceptance_length_lower is not None or (sparse and r.alpha is None and r.alpha_lower is not None):
-            row = [r.draft, f"{r.k}{mark}", f"[{_fmt(r.alpha_lower)}, {_fmt(r.alpha_upper)}]",
-                   f"[{_fmt(r.mean_acceptance_length_lower)}, {_fmt(r.mean_acceptance_length_upper)}]",
-                   _ci(r.ci95_sequences)]
-            if has_cost:
-                row += [f"[{_fmt(r.speedup_lower, 2)}, {_fmt(r.speedup_upper, 2)}]x", _ci(r.speedup_ci95, 2, "x")]
-        elif sparse:  # an n-gram row of a sparse (greedy) dump: exact, no bounds
-            row = [r.draft, f"{r.k}{mark}", "-", f"{_fmt(r.mean_acceptance_length_exact)}", _ci(r.ci95_sequences)]
-            if has_cost:
-                row += [f"{r.speedup:.2f}x" if r.speedup is not None else "-", _ci(r.speedup_ci95, 2, "x")]
-        else:
-            flag = " !" if r.mc_agrees_with_exact is False else ""
-            mc = r.mc_method is None or not r.mc_method.startswith("none")
-            half = None if r.ci95 is None else (r.ci95[1] - r.ci95[0]) / 2
-            row = [r.draft, f"{r.k}{mark}", _fmt(r.alpha),
-                   _fmt(r.mean_acceptance_length_exact) if r.exact_reason is None else "n/a (MC only)",
-                   _ci(r.ci95_sequences),
-                   ((_fmt(r.mean_acceptance_length) + (" (n/a)" if half is None else f" ±{half:.3f}") + flag)
-                    if mc else "exact only"), _fmt(r.draft_acceptance_rate)]
-            if has_cost:
-                row.append("-" if r.speedup is None else f"{r.speedup:.2f}x" + (
-                    f" ({_ci(r.speedup_ci95, 2)})" if r.speedup_ci95 is not None else ""))
-            if "variants" in cfg:
-                row.insert(2, _variant_label(r))
-        table.add_row(*row)
-    out.print(table)
-    notes = {r.exact_reason for r in res.results if r.exact_reason}
-    for n in notes:
-        out.print(f"block verification: {n}")
-    if any(r.candidates > 1 for r in res.results):
-        out.print("candidates w > 1: exact = trajectory DP on the per-position acceptance beta_t(w) of w candidates "
-                  f"({cfg.get('candidate_sampling')}); speed-up prices k draft forwards and a target forward over "
-                  "k*w + 1 positions")
-    ngram_rows = [r for r in res.results if r.off_record is not None]
+        cells = _bounds_cells if r.kind == "bounds" else _exact_only_cells if sparse else _dense_cells
+        label = [_variant_label(r)] if variants and not sparse else []
+        table.add_row(r.draft, f"{r.k}{mark}", *label, *cells(r, has_cost))
+    return table
+
+
+def _per_position_table(res) -> Table:
+    pp = Table(title="per-position acceptance (unconditional, vLLM's definition), largest k per draft",
+               title_justify="left")
+    pp.add_column("draft", no_wrap=True)
+    pp.add_column("k", justify="right")
+    pp.add_column("position 1..k", no_wrap=False)
+    for name in dict.fromkeys(r.draft for r in res.results):
+        r = ([x for x in res.results if x.draft == name and x.verify == "token" and x.candidates == 1]
+             or [x for x in res.results if x.draft == name])[-1]
+        pp.add_row(name, str(r.k), " ".join(f"{v:.2f}" for v in r.per_position_acceptance))
+    return pp
+
+
+def _kind_notes(res) -> list[str]:
+    """One note per kind of row shown that needs one (block, candidates, n-gram)."""
+    cfg, out = res.config, []
+    out += [f"block verification: {n}" for n in {r.exact_reason for r in res.results if r.exact_reason}]
+    if any(r.kind == "candidates" for r in res.results):
+        out.append("candidates w > 1: exact = trajectory DP on the per-position acceptance beta_t(w) of w candidates "
+                   f"({cfg.get('candidate_sampling')}); speed-up prices k draft forwards and a target forward over "
+                   "k*w + 1 positions")
+    ngram_rows = [r for r in res.results if r.kind == "ngram"]
     if ngram_rows:
         worst = max(ngram_rows, key=lambda r: r.off_record)
-        out.print(f"n-gram draft: exact replay of the lookup along the recorded text; accepted drafts that differ from "
-                  f"the recording (the replay assumption's reach): up to {100 * worst.off_record:.1f}% "
-                  f"({worst.draft} k={worst.k})")
-    if not sparse:
-        pp = Table(title="per-position acceptance (unconditional, vLLM's definition), largest k per draft",
-                   title_justify="left")
-        pp.add_column("draft", no_wrap=True)
-        pp.add_column("k", justify="right")
-        pp.add_column("position 1..k", no_wrap=False)
-        for name in dict.fromkeys(r.draft for r in res.results):
-            r = ([x for x in res.results if x.draft == name and x.verify == "token" and x.candidates == 1]
-                 or [x for x in res.results if x.draft == name])[-1]
-            pp.add_row(name, str(r.k), " ".join(f"{v:.2f}" for v in r.per_position_acceptance))
-        out.print(pp)
-    if has_cost:
+        out.append(f"n-gram draft: exact replay of the lookup along the recorded text; accepted drafts that differ "
+                   f"from the recording (the replay assumption's reach): up to {100 * worst.off_record:.1f}% "
+                   f"({worst.draft} k={worst.k})")
+    return out
+
+
+def _print_human(res) -> None:
+    out = stdout_console()
+    cfg = res.config
+    out.print(_results_table(res))
+    for note in _kind_notes(res):
+        out.print(note)
+    if cfg["dump_kind"] != "sparse":
+        out.print(_per_position_table(res))
+    if cfg.get("costs") is not None:
         out.print(_costs_line(cfg))
         best = ", ".join(f"{d}: k={k}" for d, k in res.best.items() if k is not None)
         if best:
@@ -303,7 +327,7 @@ def _plot(res, path, plt) -> None:
         rows = [r for r in res.results if r.draft == draft_name and _variant_label(r) == variant]
         name = f"{draft_name} ({variant})" if many else draft_name
         ks = [r.k for r in rows]
-        if res.config["dump_kind"] == "sparse" and rows[0].mean_acceptance_length_lower is not None:
+        if rows[0].kind == "bounds":
             lo = [r.mean_acceptance_length_lower for r in rows]
             hi = [r.mean_acceptance_length_upper for r in rows]
             axes[0].fill_between(ks, lo, hi, alpha=0.3, label=name)
@@ -317,8 +341,7 @@ def _plot(res, path, plt) -> None:
             axes[1].plot(range(1, longest.k + 1), longest.per_position_acceptance, marker="o",
                          label=f"{name} (k={longest.k})")
         if priced and len(axes) > 2:
-            s = [r.speedup if r.speedup is not None else
-                 (r.speedup_lower if r.speedup_lower is not None else float("nan")) for r in rows]
+            s = [r.priced_speedup if r.priced_speedup is not None else float("nan") for r in rows]
             axes[2].plot(ks, s, marker="o", label=name)
     axes[0].set(xlabel="k (drafted tokens per step)", ylabel="tokens per verify step",
                 title="mean acceptance length (95% CI over prompts)")

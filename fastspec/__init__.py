@@ -2,8 +2,9 @@
 analysis of draft models from logit dumps.
 
 The library never imports typer, rich, torch or matplotlib; those belong to the command line (``fastspec_cli``)
-or to optional extras (``fastspec.hf`` needs torch; it is not imported here).  ``fastspec.simulate`` is both the
-simulator module and its entry point: ``fastspec.simulate(dump, k=4)``.
+or to optional extras (``fastspec.hf`` needs torch; it is not imported here).  The simulator is the package
+:mod:`fastspec.simulation`; its entry point is ``fastspec.simulate(dump, k=4)`` (or with a
+:class:`fastspec.simulation.SimulateConfig`).
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from .params import SamplingParams
 from .processing import probabilities, sample_tokens
 from .shards import ShardedDump, load_any
 from .verify import VerifyResult, verify_logits, verify_probs
-from . import simulate  # noqa: E402  (a callable module: fastspec.simulate(dump, ...))
-from .simulate import DraftKResult, SimulationResult
+from . import simulation  # noqa: E402
+from .simulation import DraftKResult, SimulateConfig, SimulationResult
+from . import simulate  # noqa: E402  (callable: fastspec.simulation.simulate; the deprecated module path)
 
 __all__ = [
     "__version__",
@@ -36,7 +38,8 @@ __all__ = [
     "acceptance_rates", "acceptance_bounds", "dump_acceptance", "DraftAcceptance", "expected_tokens_per_step",
     "SpecStats", "expected_tokens_closed_form", "expected_speedup", "optimal_k",
     # dumps and simulation
-    "load_dump", "save_dump", "Dump", "ShardedDump", "load_any", "simulate", "SimulationResult", "DraftKResult",
+    "load_dump", "save_dump", "Dump", "ShardedDump", "load_any", "simulate", "simulation", "SimulateConfig",
+    "SimulationResult", "DraftKResult",
     # the exact path and errors
     "exact", "FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
 ]

@@ -175,13 +175,27 @@ def resolve_sampling(dump, temperature=None, top_k=None, top_p=None, min_p=None)
     return sp
 
 
+def _given_or_resolved(dump, sampling, temperature, top_k, top_p, min_p) -> SamplingParams:
+    """``sampling`` (resolved already: no loose setting may come with it) or :func:`resolve_sampling`."""
+    if sampling is None:
+        return resolve_sampling(dump, temperature, top_k, top_p, min_p)
+    if not isinstance(sampling, SamplingParams):
+        raise InvalidType(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}")
+    if any(v is not None for v in (temperature, top_k, top_p, min_p)):
+        raise InvalidInput("give the sampling settings either as sampling= or one by one, not both")
+    return sampling
+
+
 def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None,
                     max_bytes=None, verify_integrity: bool | None = None,
-                    progress: Callable[[int], None] | None = None) -> dict[str, DraftAcceptance]:
+                    progress: Callable[[int], None] | None = None,
+                    sampling: SamplingParams | None = None) -> dict[str, DraftAcceptance]:
     """alpha at every valid position of a dump, per draft, reading ``max_bytes`` per array at a time.
 
     ``dump``: a :class:`fastspec.io.Dump` or a path.  Sampling settings default to the dump's recorded metadata
-    (:func:`resolve_sampling`).  Dense dumps give exact alpha; sparse dumps give the [lower, upper] interval.
+    (:func:`resolve_sampling`); ``sampling``: a configuration already resolved for this dump (by
+    :func:`resolve_sampling`) instead of the settings one by one.  Dense dumps give exact alpha; sparse dumps give
+    the [lower, upper] interval.
     ``verify_integrity``: check the CRC-32 of the stored ``.npz`` members the pass reads (the target's and the
     selected drafts'), as they are read; default: the dump's setting (True for a path).
     ``progress(n)``: called after each chunk with the n positions (rows of the N x T grid) it covered; they add
@@ -189,13 +203,13 @@ def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=Non
     """
     from .config import DEFAULT_CHUNK_BYTES
     from .io import load_dump
-    from .io.dump import check_max_bytes
+    from .io.dump import DumpBase, check_max_bytes
 
     max_bytes = DEFAULT_CHUNK_BYTES if max_bytes is None else check_max_bytes(max_bytes)
-    own = not hasattr(dump, "iter_chunks")
+    own = not isinstance(dump, DumpBase)
     d = load_dump(dump, verify_integrity=True if verify_integrity is None else verify_integrity) if own else dump
     try:
-        sp = resolve_sampling(d, temperature, top_k, top_p, min_p)
+        sp = _given_or_resolved(d, sampling, temperature, top_k, top_p, min_p)
         names = d.select_drafts(drafts)
         N, T = d.N, d.T
         valid2 = np.arange(T)[None, :] < d.lengths[:, None]

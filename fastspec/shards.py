@@ -144,8 +144,7 @@ class _ShardInfo:
     def __init__(self, d: Dump):
         self.path, self.N, self.lengths, self.tokens = d.path, d.N, d.lengths, d.tokens
         self.arrays, self.size = d.arrays, d.size_on_disk
-        self.prompt_tokens, self.prompt_lengths = getattr(d, "prompt_tokens", None), getattr(d, "prompt_lengths", None)
-        self.costs = getattr(d, "costs", None)
+        self.prompt_tokens, self.prompt_lengths, self.costs = d.prompt_tokens, d.prompt_lengths, d.costs
 
 
 def _signature(d: Dump) -> dict:
@@ -154,7 +153,7 @@ def _signature(d: Dump) -> dict:
             "k": dict(d.k) if d.kind == "sparse" else None, "metadata": dict(d.metadata),
             "dtypes": {n: a.dtype for n, a in d.arrays.items()
                        if len(a.shape) >= 2 and n not in ("tokens", "prompt_tokens")},
-            "tokens": d.tokens is not None, "prompt_tokens": getattr(d, "prompt_tokens", None) is not None}
+            "tokens": d.tokens is not None, "prompt_tokens": d.prompt_tokens is not None}
 
 
 _SIG_WORDS = {"kind": "kind", "drafts": "drafts", "T": "positions T", "V": "vocabulary V", "k": "top-k widths",
@@ -190,11 +189,9 @@ class ShardedDump(DumpBase):
     (concatenated, padded to the widest shard, or None), ``costs`` (the first recorded cost table or None;
     ``costs_differ`` when another shard recorded a different one or none), ``metadata``, ``arrays`` (shapes
     with the total N), ``size_on_disk``; plus ``shards`` (paths), ``offsets`` (first global sequence of each
-    shard, and N at the end), ``row_offset`` (0: row ids are already global) and ``last_run`` (how the last
-    :meth:`acceptance` ran).  Only headers and the small arrays are read when opening; no shard stays open.
+    shard, and N at the end) and ``last_run`` (how the last :meth:`acceptance` ran).  Only headers and the small
+    arrays are read when opening; no shard stays open.
     """
-
-    row_offset = 0
 
     def __init__(self, source, *, client=None, threads_per_worker: int | None = None, retries: int = 2,
                  verify_integrity: bool = True):
@@ -353,7 +350,7 @@ class ShardedDump(DumpBase):
 
     # ---- the heavy pass --------------------------------------------------------------------------------
     def acceptance(self, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None, max_bytes=None,
-                   client=None, verify_integrity: bool | None = None, progress=None) -> dict:
+                   client=None, verify_integrity: bool | None = None, progress=None, sampling=None) -> dict:
         """:func:`fastspec.acceptance.dump_acceptance` over every shard, assembled in shard order.
 
         Same arguments and result (``{draft: DraftAcceptance}`` with [N, T] arrays) as ``dump_acceptance``;
@@ -362,12 +359,13 @@ class ShardedDump(DumpBase):
         processed here, one after another.  ``progress(n)``: called with the positions (N_i T) of each shard as it
         is done (on a cluster: when the run is done), as in ``dump_acceptance``.
         """
-        from .acceptance import DraftAcceptance, resolve_sampling
+        from .acceptance import DraftAcceptance, _given_or_resolved
 
         names = self.select_drafts(drafts)
-        resolve_sampling(self, temperature, top_k, top_p, min_p)  # bad settings fail here, before any task
+        # bad settings fail here, before any task; every shard has the same metadata, so the same resolution
+        sampling = _given_or_resolved(self, sampling, temperature, top_k, top_p, min_p)
         verify = self.verify_integrity if verify_integrity is None else bool(verify_integrity)
-        params = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=names,
+        params = dict(sampling=sampling, drafts=names,
                       max_bytes=None if max_bytes is None else check_max_bytes(max_bytes), verify_integrity=verify)
         client = client if client is not None else self.client
         S = len(self.shards)

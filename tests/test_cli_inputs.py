@@ -138,7 +138,7 @@ def test_token_mode_default_trials(dump):
 
 
 def test_disagreement_warning_names_the_check_and_its_threshold(dump, monkeypatch):
-    from fastspec.simulate import runners
+    from fastspec.simulation import runners
 
     honest = runners.bernoulli
     monkeypatch.setattr(runners, "bernoulli", lambda alpha, *a, **kw: honest(alpha * 0.5, *a, **kw))

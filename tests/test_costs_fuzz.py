@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 
 from fastspec.costs import CostTable
 from fastspec.errors import InvalidInput, InvalidType
-from fastspec.simulate.speedup import TablePricing, speedup_interval
+from fastspec.simulation.speedup import TablePricing, speedup_interval
 
 DOCUMENTED = (InvalidInput, InvalidType)
 

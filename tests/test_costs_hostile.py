@@ -17,7 +17,7 @@ from fastspec import save_dump
 from fastspec.costs import MAX_TABLE_BYTES, CostTable
 from fastspec.errors import DumpFormatError, InvalidInput
 from fastspec.shards import ShardedDump
-from fastspec.simulate import VerifyCost, simulate
+from fastspec.simulation import VerifyCost, simulate
 from fastspec_cli.main import app
 from test_io_hostile import _no_hang, needs_fifo
 

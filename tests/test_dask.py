@@ -21,7 +21,7 @@ distributed = pytest.importorskip("distributed")
 import shardutil  # noqa: E402
 from fastspec.acceptance import dump_acceptance  # noqa: E402
 from fastspec.shards import TASK_PREFIX, ShardedDump  # noqa: E402
-from fastspec.simulate import simulate  # noqa: E402
+from fastspec.simulation import simulate  # noqa: E402
 from fastspec_cli.main import app  # noqa: E402
 
 pytestmark = pytest.mark.dask
@@ -101,7 +101,7 @@ def _run_py(code, *args):
 
 @pytest.mark.subprocess
 def test_simulate_identical_to_single_machine(client, data):
-    code = ("import json, sys; from distributed import Client; from fastspec.simulate import simulate; "
+    code = ("import json, sys; from distributed import Client; from fastspec.simulation import simulate; "
             "c = Client(sys.argv[1], set_as_default=False); "
             "d = simulate(sys.argv[2], client=c, **json.loads(sys.argv[3])).as_dict(); d.pop('dump'); "
             "print(json.dumps(d, sort_keys=True)); c.close()")
@@ -121,7 +121,7 @@ def test_bad_shard_stops_the_run(client, tmp_path):
     with pytest.raises(ValueError, match=r"shard 2 of 3: .*shards/s2: array 'draft_logits__far': row \[1, 0\] "
                                          r"contains \+inf"):
         s.acceptance()
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     with pytest.raises(ValueError, match="shard 2 of 3"):
         simulate(sdir, client=client, k=2)

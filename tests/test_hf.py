@@ -255,7 +255,7 @@ def test_dump_round_trip(model_dirs, tmp_path, sparse):
                 got = np.concatenate(rows["target"]).reshape(d.N, d.T, -1)[i, :L]
                 np.testing.assert_allclose(got.astype(np.float32), ref, atol=2e-2, rtol=1e-2)
     # simulate runs on it (sparse: bounds; dense: exact)
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     sim = simulate(out, k=2, trials=20)
     assert len(sim.results) == 2

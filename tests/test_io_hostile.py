@@ -20,7 +20,7 @@ from fastspec import load_dump, save_dump
 from fastspec.acceptance import dump_acceptance
 from fastspec.errors import DumpFormatError, DumpNotFound, InvalidInput, InvalidType
 from fastspec.shards import ShardedDump, is_sharded, load_any
-from fastspec.simulate import simulate
+from fastspec.simulation import simulate
 from fastspec_cli.main import app
 
 runner = CliRunner()

@@ -22,7 +22,7 @@ from fastspec import load_dump, save_dump
 from fastspec.acceptance import dump_acceptance
 from fastspec.errors import DumpFormatError
 from fastspec.shards import ShardedDump
-from fastspec.simulate import simulate
+from fastspec.simulation import simulate
 from fastspec_cli.main import app
 
 runner = CliRunner()

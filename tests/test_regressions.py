@@ -63,7 +63,7 @@ def _dump(path, tl, dl, **kw):
 
 
 def test_greedy_simulation_does_not_report_false_disagreement(tmp_path):
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     rng = np.random.default_rng(0)
     tl = rng.normal(0, 2, (6, 40, 8))
@@ -75,7 +75,7 @@ def test_greedy_simulation_does_not_report_false_disagreement(tmp_path):
 
 
 def test_nothing_drafted_gives_one_token_per_step(tmp_path):
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     rng = np.random.default_rng(1)
     tl = rng.normal(0, 1, (3, 4, 5))
@@ -100,7 +100,7 @@ def test_fortran_ordered_members_are_read_correctly(tmp_path):
 
 
 def test_huge_integers_are_bad_input_not_crashes(tmp_path):
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     rng = np.random.default_rng(3)
     tl = rng.normal(0, 1, (2, 5, 4))
@@ -117,7 +117,7 @@ def test_huge_integers_are_bad_input_not_crashes(tmp_path):
 
 
 def test_bernoulli_blocks_do_not_change_results():
-    from fastspec.simulate.runners import bernoulli as _bernoulli
+    from fastspec.simulation.runners import bernoulli as _bernoulli
 
     rng = np.random.default_rng(4)
     alpha = rng.random((37, 30))

@@ -15,7 +15,7 @@ from fastspec import load_dump, save_dump
 from fastspec.acceptance import dump_acceptance
 from fastspec.io import Dump
 from fastspec.shards import ShardedDump, is_sharded, list_shards, load_any
-from fastspec.simulate import simulate
+from fastspec.simulation import simulate
 from fastspec_cli.main import app
 
 runner = CliRunner()

@@ -10,8 +10,8 @@ from scipy import stats
 
 from fastspec import save_dump
 from fastspec.acceptance import expected_tokens_closed_form, expected_tokens_per_step
-from fastspec.simulate import CostModel, VerifyCost, batch_means_ci, parse_k_list, simulate
-from fastspec.simulate.runners import bernoulli as _bernoulli
+from fastspec.simulation import CostModel, VerifyCost, batch_means_ci, parse_k_list, simulate
+from fastspec.simulation.runners import bernoulli as _bernoulli
 
 P3 = np.log([0.5, 0.3, 0.2])
 Q3 = np.log([0.2, 0.5, 0.3])  # alpha = 0.7 exactly (worked case)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from fastspec import exact as E
 from fastspec import save_dump
 from fastspec.acceptance import expected_tokens_per_step
-from fastspec.simulate import simulate
+from fastspec.simulation import simulate
 from fastspec_cli.main import app
 
 

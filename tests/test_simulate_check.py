@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import fastspec.verify
-from fastspec.simulate import runners, simulate
+from fastspec.simulation import runners, simulate
 
 pytestmark = pytest.mark.statistical
 

@@ -17,8 +17,8 @@ from scipy import stats
 from fastspec import save_dump
 from fastspec.analysis import expected_tokens_per_step
 from fastspec.errors import InvalidInput, InvalidType
-from fastspec.simulate import VerifyCost, simulate
-from fastspec.simulate import runners
+from fastspec.simulation import VerifyCost, simulate
+from fastspec.simulation import runners
 from fastspec.stats import t_isf, t_sf
 
 P3 = np.log([0.5, 0.3, 0.2])
@@ -89,7 +89,7 @@ def test_token_replay_memory_does_not_grow_with_trials(tmp_path):
     path = constant_dump(tmp_path / "short.npz", 12, 2)
     code = textwrap.dedent(f"""
         import resource
-        from fastspec.simulate import simulate
+        from fastspec.simulation import simulate
 
         class Stop(Exception):
             pass

@@ -9,7 +9,7 @@ import pytest
 from fastspec import verify_logits
 from fastspec.ngram import NgramProposer
 from fastspec.params import SamplingParams
-from fastspec.simulate.ngram import ngram_replay, parse_ngram_draft
+from fastspec.simulation.ngram import ngram_replay, parse_ngram_draft
 
 
 def _dump(seed, N=5, T=40, V=12, greedy=True):
@@ -114,7 +114,7 @@ NGRAM_COSTS = {"version": 1, "target": {"forward_s": {str(n): 0.02 + 0.002 * n f
 
 
 def test_simulate_target_only_dump_defaults_to_ngram(tmp_path):
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     p = _saved(tmp_path, costs=NGRAM_COSTS)
     res = simulate(p, k=[1, 2, 4])
@@ -131,7 +131,7 @@ def test_simulate_target_only_dump_defaults_to_ngram(tmp_path):
 
 
 def test_ngram_speedup_by_hand(tmp_path):
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     p = _saved(tmp_path, costs=NGRAM_COSTS)
     d = _dump(1)
@@ -162,7 +162,7 @@ def test_ngram_speedup_by_hand(tmp_path):
 
 
 def test_ngram_sharded_equals_single(tmp_path):
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     single = _saved(tmp_path, "one.npz", costs=NGRAM_COSTS)
     sdir = tmp_path / "shards"
@@ -176,7 +176,7 @@ def test_ngram_sharded_equals_single(tmp_path):
 
 def test_ngram_needs_prompt_tokens_and_a_valid_spec(tmp_path):
     from fastspec import save_dump
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     d = _dump(1)
     bare = save_dump(str(tmp_path / "bare.npz"), d.logits, None, tokens=d.tokens, lengths=d.lengths,

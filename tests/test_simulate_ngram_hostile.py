@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from fastspec import save_dump
 from fastspec.errors import InvalidInput, InvalidType
 from fastspec.ngram import MAX_NGRAM, NgramProposer
-from fastspec.simulate import simulate
-from fastspec.simulate.ngram import parse_ngram_draft
+from fastspec.simulation import simulate
+from fastspec.simulation.ngram import parse_ngram_draft
 from fastspec_cli.main import app
 from test_simulate_ngram import _dump
 

@@ -14,8 +14,8 @@ from fastspec.analysis import expected_tokens_per_step
 from fastspec.costs import CostTable
 from fastspec.errors import InvalidInput, InvalidType
 from fastspec.io import load_dump
-from fastspec.simulate import simulate
-from fastspec.simulate.speedup import Z95, best_overall, speedup_interval, verdict
+from fastspec.simulation import simulate
+from fastspec.simulation.speedup import Z95, best_overall, speedup_interval, verdict
 from fastspec.stats import ratio_ci
 
 TABLE = {
@@ -187,7 +187,7 @@ class _Row:
                                          (0.74, (0.70, 0.78), "slower than plain decoding"),
                                          (1.02, (0.95, 1.09), "not distinguishable from plain decoding")])
 def test_verdict_sentence(s, ci, word):
-    from fastspec.simulate.speedup import TablePricing
+    from fastspec.simulation.speedup import TablePricing
 
     rows = [_Row("a", 1, 0.5, (0.4, 0.6)), _Row("b", 2, s, ci), _Row("c", 4, None, None)]
     best = best_overall(rows)

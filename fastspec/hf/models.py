@@ -208,7 +208,7 @@ def parse_ngram_spec(spec: str) -> NgramProposer | None:
     (:func:`fastspec.simulate.ngram.parse_ngram_draft`); None when ``spec`` does not start with
     ``ngram``.  Its ``k`` is the largest draft length (:data:`fastspec.hf.args.MAX_K`): a loop proposing d tokens
     takes the first d (``dataclasses.replace(p, k=d)`` gives the same tokens)."""
-    from ..simulate.ngram import parse_ngram_draft
+    from ..simulation.ngram import parse_ngram_draft
 
     return parse_ngram_draft(str(spec).strip(), MAX_K)
 

@@ -146,7 +146,7 @@ def _cost_table(costs, ngram: Mapping):
     name for it (``ngramMIN-MAX``), so that a draft named otherwise (``look=ngram:2-3``) is priced by its own
     measured call."""
     from ..costs import CostTable
-    from ..simulate.ngram import ngram_name
+    from ..simulation.ngram import ngram_name
 
     obj = CostTable.of(costs).as_dict()
     for name, p in ngram.items():
@@ -164,8 +164,8 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
     the recorded sequences.  ``costs``: a :class:`fastspec.costs.CostTable` (or its mapping, or a path) measured
     with the same models, for the predicted speed-ups (:meth:`Prediction.speedup`); None: the dump's recorded
     table if any; False: none."""
-    from ..simulate import simulate
-    from ..simulate.ngram import ngram_name
+    from ..simulation import simulate
+    from ..simulation.ngram import ngram_name
 
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     drafts = list(drafts)

@@ -1,0 +1,321 @@
+"""What-if analysis of draft models from logit dumps: Monte-Carlo and exact.
+
+:func:`simulate` answers "how many tokens per verify step, and how much faster, would this draft give this target
+under this sampling config?" offline; :class:`SimulateConfig` is what to simulate.  ``fastspec.simulate(dump, k=4)``
+runs it (``fastspec.simulate``, the old home of this package, is kept as a deprecated callable alias).
+
+Method (trajectory replay).  The dump records, for each sequence, the target's and each draft's distribution at
+every position of one sampled trajectory.  fastspec computes the per-position acceptance rate
+alpha_t = sum_v min(p_t, q_t) after applying the requested sampling config to both models
+(:func:`fastspec.acceptance.dump_acceptance`) and replays speculative decoding along the recorded contexts:
+
+* ``mode="bernoulli"`` (default): each drafted position t is accepted with probability alpha_t (a counter-based
+  uniform per (seed, sequence, trial, position)).  Fast: hundreds of millions of draft positions per second.
+* ``mode="token"``: real tokens through fastspec's own verifier -- draft tokens sampled from q_t, acceptance and
+  recovered/bonus sampling by :func:`fastspec.verify_logits` -- so the shipped kernel is exercised on the
+  user's distributions.  Its acceptance frequency over judged positions is compared with the alpha_t of those
+  positions (``token_check``).
+
+Both are compared with the exact expectation of the same process (:func:`fastspec.analysis.
+expected_tokens_per_step`, dynamic programming).  End of sequence: a step at t drafts ``min(k, L - 1 - t)``
+tokens; a step that would draft nothing is a plain target step and is not counted.
+
+Uncertainty.  ``ci95`` is a batch-means interval for the Monte-Carlo estimate: the trials are split into
+``batches`` independent groups, each replaying every sequence; the interval is the ratio-of-totals estimate
++- t_{0.975, batches-1} times the standard error of the batch estimates.  It is Monte-Carlo uncertainty *given
+the recorded trajectories*, not uncertainty over prompts.  The MC estimate and the exact value are flagged as
+disagreeing (``mc_agrees_with_exact`` False) when z = (MC - exact) / standard error exceeds, in absolute value,
+``mc_vs_exact_threshold``: the two-sided Student-t quantile with batches - 1 degrees of freedom at the false-alarm
+probability :data:`AGREEMENT_FALSE_ALARM` (1e-4 per check: 4.90 with the default 20 batches, 28.0 with 4); the
+token-mode acceptance check is judged at the same probability against the normal (3.89).  A correct replay
+fails a check with that probability; a replay that under-accepts by 3% is flagged by the defaults on the
+12 sequences of data/synthetic_pair.npz.  Two batches (``trials >= 2``) are the minimum.  When every batch gives
+the same estimate of a random process (too few trials for the spread to show), no interval is reported
+(``ci95``, ``standard_error`` and ``mc_vs_exact_z`` are None), the agreement is not checked (None) and a warning
+says so; a process without randomness (every alpha_t 0 or 1, e.g. greedy) has an exact zero-width interval.
+
+Sparse dumps.  Only an interval [lower_t, upper_t] containing alpha_t is known.  The exact mean acceptance
+length is non-decreasing in every alpha_t, so the DP evaluated at the lower and upper ends bounds the true
+value.  Proof sketch (one coin u_t per position, accept iff u_t <= alpha_t, so raising alpha only turns failures
+into successes): the next start ``nxt(t) = t + 1 + min(run(t), d(t))`` (run = consecutive successes from t,
+d(t) = min(k, L-1-t)) is non-decreasing in t and in the success set, so after every m steps the position with
+more successes is at least as far; hence it needs no more verify steps S, and the emitted tokens A + S lie in
+{L-1, L} with A + S = L-1 only when it also saved a step.  With E[A+S] >= E[S], (E[A+S] - q)/(E[S] - q) >=
+E[A+S]/E[S] for the saved mass q, per sequence and for the ratio of totals.  (The draft acceptance rate has no
+such guarantee and is not bounded.)
+
+Assumptions to keep in mind: contexts follow the recorded sequences (when the requested sampling config
+differs from the one the trajectories were sampled with, a warning says so); this is an offline estimate, not a
+deployment measurement.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+
+from ..acceptance import alpha_summary, resolve_sampling
+from ..config import AGREEMENT_FALSE_ALARM, AGREEMENT_Z
+from ..errors import InvalidInput, InvalidType
+from ..stats import batch_means_ci
+from ..methods import VERIFICATION_METHODS
+from .config import MODES, SIMULATED_SAMPLING, SimulateConfig, parse_k_list
+from .costs import CostModel, VerifyCost
+from .rows import Context, ngram_rows, token_row, variant_row
+from .ngram import NGRAM_ASSUMPTION, ngram_name, parse_ngram_draft
+from .results import (ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
+                      SimulationResult, sampling_warnings)
+from .speedup import FlagPricing, TablePricing, best_overall, best_per_draft, verdict
+
+__all__ = ["simulate", "SimulateConfig", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult", "SimulationResult",
+           "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "AGREEMENT_Z", "VERIFY_METHODS",
+           "SIMULATED_SAMPLING"]
+
+#: the verification methods the simulator replays: the registry's (:data:`fastspec.methods.VERIFICATION_METHODS`)
+VERIFY_METHODS = tuple(VERIFICATION_METHODS)
+
+
+def _check_callback(name, f):
+    if f is not None and not callable(f):
+        raise InvalidType(f"{name} must be a function of one integer (or None), got {type(f).__name__}")
+    return f
+
+
+def _split_drafts(d, wanted, ks):
+    """(model draft names, n-gram proposers by name) from the requested names (None: every model draft of the dump;
+    a target-only dump with prompt tokens: the n-gram draft)."""
+    if wanted is None:
+        if d.drafts:
+            return tuple(d.drafts), {}
+        if d.prompt_tokens is not None:
+            wanted = ("ngram",)
+        else:
+            raise InvalidInput(f"{d.path}: the dump has no draft model and no prompt tokens, so there is nothing to "
+                               "simulate: dump with a draft (--draft), or record the prompt tokens for an n-gram draft")
+    models, ngrams = [], {}
+    for name in wanted:
+        if name in d.drafts:
+            models.append(name)
+            continue
+        proposer = parse_ngram_draft(name, max(ks))
+        if proposer is None:
+            have = ", ".join(d.drafts) if d.drafts else "none (a target-only dump)"
+            raise InvalidInput(f"{d.path}: no draft named {name!r}; the dump's draft models: {have}; an n-gram draft "
+                               "is written ngram or ngramMIN-MAX")
+        ngrams[ngram_name(proposer)] = proposer
+    return tuple(models), ngrams
+
+
+def _open(dump, client, verify_integrity):
+    """(dump object, whether we opened it)."""
+    from ..io.dump import DumpBase
+
+    if isinstance(dump, DumpBase):
+        return dump, False
+    if not isinstance(dump, (str, bytes, os.PathLike)):
+        raise InvalidType(f"dump must be a path or an open fastspec.io.Dump, got {type(dump).__name__}")
+    if client is not None or os.path.isdir(os.fspath(dump)):  # a directory of shards / a Dask client
+        from ..shards import load_any
+
+        return load_any(dump, client=client, verify_integrity=verify_integrity), True
+    from ..io import load_dump
+
+    return load_dump(dump, verify_integrity=verify_integrity), True
+
+
+def simulate(dump, config: SimulateConfig | None = None, *, client=None,
+             progress: Callable[[int], None] | None = None, progress_total: Callable[[int], None] | None = None,
+             verify_integrity: bool = True, **settings) -> SimulationResult:
+    """Simulate speculative decoding of each draft in ``dump`` against its target, for each k.
+
+    ``dump``: a path (a dump, or a directory of shards) or an open :class:`fastspec.io.Dump`.  ``k``: an int, a
+    list, or ``"1-8"`` / ``"1,2,4"``.  Sampling settings default to the dump's recorded metadata.  ``mode``:
+    "bernoulli" or "token" (module docstring).  ``drafts``: names (a repeated name counts once); default every
+    draft.  ``trials``: replays per sequence, from 2 to 10**7 (default 200 in Bernoulli mode, 20 in token mode),
+    rounded up to a multiple of ``batches`` (2 to 1000, at most ``trials``).  ``draft_cost`` (c, one draft
+    forward relative to one target forward) and ``verify_cost`` (:meth:`VerifyCost.parse`) define a relative
+    cost model and override ``costs``: a :class:`fastspec.costs.CostTable` of measured seconds (or its JSON
+    mapping, or a path); ``costs=None`` takes the dump's recorded table when it has one, ``costs=False`` none.
+    Without any, ``speedup`` is None.  A draft named ``ngram`` or ``ngramMIN-MAX`` is the prompt-lookup
+    proposer, replayed from the dump's prompt and generated tokens (:mod:`fastspec.simulation.ngram`); a
+    target-only dump with prompt tokens simulates it by default.  ``client``: a ``dask.distributed.Client`` for
+    the alpha pass.
+    ``verify``, ``candidates``, ``candidate_sampling``, ``block_trials`` (2 to 10**7 replays per sequence):
+    verification variants reported side by side.  ``progress_total(n)`` is called once with the units of work
+    and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row, an n-gram draft
+    and the alpha pass count one per sequence).  ``verify_integrity``: a dump opened from a path checks the
+    CRC-32 of its stored ``.npz`` members as they are read (default); False skips that (an open dump keeps the
+    setting it was loaded with).
+    The settings are a :class:`SimulateConfig` (``config``) or its fields as keyword arguments (``k=4``,
+    ``temperature=0.7``, ...; not both); the run-time arguments (``client``, the progress callbacks,
+    ``verify_integrity``) are not part of it.  Every argument is checked before the dump is read.
+    """
+    if config is None:
+        config = SimulateConfig.from_kwargs(**settings)
+    elif not isinstance(config, SimulateConfig):
+        raise InvalidType(f"config must be a SimulateConfig or None, got {type(config).__name__}")
+    elif settings:
+        raise InvalidInput(f"give the settings either as config= or as keyword arguments ({', '.join(settings)}), "
+                           "not both")
+    ks, variant_list, mode = config.ks, config.variant_list, config.mode
+    trials, batches, seed, bt = config.trials, config.batches, config.seed_value, config.block_trials
+    pricing, wanted, costs = config.pricing, config.draft_list, config.costs
+    candidate_sampling = config.candidate_sampling
+    progress, progress_total = _check_callback("progress", progress), _check_callback("progress_total", progress_total)
+    d, own = _open(dump, client, verify_integrity)
+    try:
+        if pricing is None and costs is None and d.costs is not None:
+            pricing = TablePricing(d.costs, "dump")
+        names, ngrams = _split_drafts(d, wanted, ks)
+        if mode == "token" and d.kind != "dense":
+            raise InvalidInput(f"{d.path}: token mode needs dense logits; this dump is sparse top-k (the "
+                               "Bernoulli mode reports alpha bounds)")
+        sp = resolve_sampling(d, **config.overrides)
+        extra = [v for v in variant_list if v != ("token", 1)]
+        if extra and ngrams and not names:
+            raise InvalidInput(_ngram_variants_message(extra, ngrams, refused=True))
+        if extra and d.kind != "dense":
+            what = " and ".join(sorted({"block verification" if v == "block" else "candidates > 1" for v, _ in extra}))
+            raise InvalidInput(f"{d.path}: {what} needs the full target and draft distributions (dense logits); "
+                               "this dump is sparse top-k: use token verification with one candidate, or a dense "
+                               "dump")
+        units = (len(names) * len(ks) * sum(_progress_units(d, mode, trials, bt, v, w) for v, w in variant_list)
+                 + len(ngrams) * d.N + (d.N if names else 0))  # the alpha pass counts one unit per sequence
+        if progress_total is not None:
+            progress_total(units)
+        tick = _sequence_ticks(progress, d.T)
+        if not names:
+            accs = {}
+        else:  # the dump's own pass (a sharded dump computes alpha on a cluster); sampling resolved once, above
+            accs = d.acceptance(sampling=sp, drafts=names, progress=tick)
+        lengths = d.lengths.astype(np.int64)
+        row_ids = np.arange(d.N, dtype=np.int64)
+        flags = pricing.model if isinstance(pricing, FlagPricing) else None
+        config = {"k": ks, "drafts": list(names) + list(ngrams), "temperature": sp.temperature, "top_k": sp.top_k,
+                  "top_p": sp.top_p, "min_p": sp.min_p, "mode": mode, "trials": trials, "batches": batches,
+                  "seed": int(seed), "draft_cost": flags.draft_cost if flags else None,
+                  "verify_cost": flags.verify.describe() if flags else None,
+                  "costs": pricing.describe() if pricing is not None else None, "sequences": int(d.N),
+                  "positions": int(lengths.sum()), "vocab_size": d.V, "dump_kind": d.kind}
+        if ngrams:
+            config["ngram"] = {n: p.as_dict() for n, p in ngrams.items()}
+        if extra:
+            config["variants"] = [{"verify": v, "candidates": w} for v, w in variant_list]
+            config["candidate_sampling"] = candidate_sampling
+            config["block_trials"] = bt if ("block", 1) in variant_list else None
+        ctx = Context(d, lengths, row_ids, mode, trials, batches, seed, pricing, sp, progress, bt,
+                       candidate_sampling)
+        results: list[DraftKResult] = []
+        summaries = {}
+        for name in names:
+            acc = accs[name]
+            summaries[name] = (alpha_summary(acc.alpha, acc.valid) if acc.exact else
+                               {"lower": alpha_summary(acc.lower, acc.valid),
+                                "upper": alpha_summary(acc.upper, acc.valid)})
+            betas: dict = {}
+            for kk in ks:
+                for v, w in variant_list:
+                    if (v, w) == ("token", 1):
+                        results.append(token_row(ctx, name, acc, kk))
+                    else:
+                        results.append(variant_row(ctx, name, acc, kk, v, w, betas))
+        for name, proposer in ngrams.items():
+            results.extend(ngram_rows(ctx, name, proposer, ks))
+        best = best_per_draft(results, list(names) + list(ngrams), pricing)
+        shown = [a for a, on in (("candidates", any(w > 1 for _, w in variant_list)),
+                                 ("block", ("block", 1) in variant_list)) if on]
+        # measured seconds replace the relative formula (the last line); without costs it stays, and says so
+        assumptions = (list(ASSUMPTIONS[:-1]) + [SPEEDUP_ASSUMPTIONS["table"]] if isinstance(pricing, TablePricing)
+                       else list(ASSUMPTIONS) + ([SPEEDUP_ASSUMPTIONS["none"]] if pricing is None else []))
+        assumptions += [VARIANT_ASSUMPTIONS[a] for a in shown] + ([NGRAM_ASSUMPTION] if ngrams else [])
+        warnings = (sampling_warnings(d.metadata, sp) + _interval_warnings(results)
+                    + _pricing_warnings(pricing, results, list(names) + list(ngrams)))
+        if extra and ngrams:
+            warnings.append(_ngram_variants_message(extra, ngrams, refused=False))
+        if isinstance(pricing, TablePricing) and pricing.source == "dump" and d.costs_differ:
+            warnings.append("the shards recorded different cost tables (measured apart), or some recorded none; the "
+                            "first recorded table is used: give one table with --costs to choose")
+        top = best_overall(results) if pricing is not None else None
+        return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions, top,
+                                verdict(top, pricing))
+    finally:
+        if own:
+            d.close()
+
+
+def _ngram_variants_message(extra, ngrams, refused: bool) -> str:
+    """An n-gram proposal is one deterministic token per position: it has no block or multi-candidate variant."""
+    what = " and ".join(sorted({"block verification" if v == "block" else f"{w} candidates" for v, w in extra}))
+    which = ", ".join(ngrams)
+    if refused:
+        return (f"{what} cannot apply to the n-gram draft {which}: its proposal is one deterministic token per "
+                "position, verified token by token; drop --verify block / --candidates, or add a model draft")
+    return (f"{what} apply to the model drafts only: the n-gram draft {which} is verified token by token with one "
+            "candidate (its rows are token rows)")
+
+
+def _interval_warnings(results) -> list[str]:
+    rows = [r for r in results if r.mean_acceptance_length is not None and r.ci95 is None
+            and r.kind != "ngram"]  # n-gram rows are exact: no Monte-Carlo, no interval to miss
+    if not rows:
+        return []
+    which = ", ".join(f"{r.draft} k={r.k}" + ("" if (r.verify, r.candidates) == ("token", 1) else
+                                              f" ({r.verify}, {r.candidates} candidates)") for r in rows)
+    return [f"no Monte-Carlo interval for {which}: every batch of trials gave the same estimate, so the spread "
+            "cannot be estimated (ci95 and standard_error are null) and the agreement with the exact value was not "
+            "checked; use more trials"]
+
+
+def _sequence_ticks(progress, T):
+    """progress(n) in whole sequences from the alpha pass's position counts (None without a callback)."""
+    if progress is None:
+        return None
+    state = {"positions": 0, "shown": 0}
+
+    def tick(n):
+        state["positions"] += n
+        seqs = state["positions"] // T
+        if seqs > state["shown"]:
+            progress(seqs - state["shown"])
+            state["shown"] = seqs
+
+    return tick
+
+
+def _progress_units(d, mode, trials, block_trials, verify, w):
+    """Units of progress of one (draft, k) row: replays of one sequence (token and block replays), or sequences
+    (a Bernoulli replay runs every trial of a sequence at once; sparse bounds count a sequence each)."""
+    if verify == "block":
+        return d.N * block_trials
+    return d.N * trials if w == 1 and mode == "token" and d.kind == "dense" else d.N
+
+
+def _pricing_warnings(pricing, results, names) -> list[str]:
+    """Drafts or k the cost table cannot price (say so rather than print a blank)."""
+    if pricing is None:
+        return []
+    out = []
+    missing = [n for n in names if not pricing.covers(n)]
+    if missing:
+        out.append(f"the cost table has no entry for {', '.join(missing)}: no speed-up for "
+                   f"{'it' if len(missing) == 1 else 'them'} (measure with `fastspec cost`, or give --costs FILE)")
+    if isinstance(pricing, TablePricing):
+        lacking: dict[str, set] = {}  # entry -> the k it leaves unpriced
+        for r in results:
+            if r.draft in missing or r.priced_speedup is not None:
+                continue
+            for entry in pricing.missing(r.draft, r.k, r.candidates, ngram=r.kind == "ngram"):
+                lacking.setdefault(entry, set()).add(r.k)
+        if lacking:
+            ks = sorted(set().union(*lacking.values()))
+            out.append(f"the cost table lacks {', '.join(sorted(lacking, key=_entry_order))}: no speed-up at "
+                       f"k = {', '.join(map(str, ks))} (nothing is substituted; measure those k with "
+                       "`fastspec cost`)")
+    return out
+
+
+def _entry_order(entry: str):
+    """target.forward_s["10"] after ["9"]: the table's entries in their numeric order."""
+    head, _, n = entry.partition('["')
+    return head, int(n.rstrip('"]')) if n.rstrip('"]').isdigit() else 0
