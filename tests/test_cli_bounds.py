@@ -35,7 +35,7 @@ def _cli(args):
     return CliRunner().invoke(app, args)
 
 
-def _one_error(res, *needles) -> str:
+def assert_one_error(res, *needles) -> str:
     """The single error line of a result that exited 2, holding every needle."""
     assert "Traceback" not in res.output, res.output
     lines = [ln for ln in res.output.strip().splitlines() if not _PROGRESS.match(ln)]
@@ -104,7 +104,7 @@ BIG = str(10 ** 12)
 ])
 @pytest.mark.usefixtures("no_hf")
 def test_out_of_range_is_refused_before_torch(prompts, tmp_path, command, flag, value):
-    line = _one_error(_cli([*_base(command, prompts, tmp_path), flag, value]), f"{flag} {value} ")
+    line = assert_one_error(_cli([*_base(command, prompts, tmp_path), flag, value]), f"{flag} {value} ")
     assert "--dump" not in line  # measure blamed --dump for a seed simulate refused after 15 s of work
 
 
@@ -113,7 +113,7 @@ def test_out_of_range_is_refused_before_torch(prompts, tmp_path, command, flag, 
 @pytest.mark.usefixtures("no_hf")
 def test_threads_bounded_before_torch(prompts, tmp_path, command, value):
     """Item 9: --threads 100000 crashed the process (OpenBLAS, RLIMIT_NPROC: rc -11) with no fastspec line."""
-    line = _one_error(_cli([*_base(command, prompts, tmp_path), "--threads", value]), f"--threads {value} ")
+    line = assert_one_error(_cli([*_base(command, prompts, tmp_path), "--threads", value]), f"--threads {value} ")
     assert f"[1, {available_cpus()}]" in line
 
 
@@ -173,7 +173,7 @@ def test_bad_ngram_draft_refused_before_loading(prompts, tmp_path, command, spec
     base = _base(command, prompts, tmp_path)
     if command == "measure":
         base = base[:-2]  # its --draft ngram
-    _one_error(_cli([*base, "--draft", spec]), "--draft", spec.split("=")[-1])
+    assert_one_error(_cli([*base, "--draft", spec]), "--draft", spec.split("=")[-1])
 
 
 # ------------------------------------------------------------------------------- position limits, after loading
@@ -235,7 +235,7 @@ def no_generation(monkeypatch):
 def test_position_limit_checked_before_generation(dirs, tmp_path, args, flag, value, detail):
     """Item 8: cost/measure generated for CPU-minutes before the position check; dump never checked it."""
     args = [a.format(P=dirs["prompts"], S=dirs["short"], OUT=tmp_path / "d.npz") for a in args]
-    _one_error(_cli([args[0], "--target", dirs["target"], *args[1:]]), f"{flag} {value}: ", detail)
+    assert_one_error(_cli([args[0], "--target", dirs["target"], *args[1:]]), f"{flag} {value}: ", detail)
     assert not (tmp_path / "d.npz").exists()
 
 

@@ -44,7 +44,7 @@ def _cli(*args):
     return res.exit_code, res.stdout, res.stderr
 
 
-def _one_line_exit_2(code, stderr, *needles):
+def assert_one_line_exit_2(code, stderr, *needles):
     assert code == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fastspec: error:"), stderr
@@ -77,7 +77,7 @@ def test_a_fifo_as_costs_is_refused_without_blocking(tmp_path):
     with pytest.raises(InvalidInput, match="FIFO"):
         _no_hang(lambda: CostTable.from_file(fifo), [fifo])
     code, _, err = _no_hang(lambda: _cli("simulate", DUMP, "--k", "1", "--costs", fifo), [fifo])
-    _one_line_exit_2(code, err, "--costs", "FIFO")
+    assert_one_line_exit_2(code, err, "--costs", "FIFO")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
@@ -85,12 +85,12 @@ def test_a_device_as_costs_is_refused_unread():
     with pytest.raises(InvalidInput, match="character device"):
         _no_hang(lambda: CostTable.from_file("/dev/zero"))
     code, _, err = _cli("simulate", DUMP, "--k", "1", "--costs", "/dev/zero")
-    _one_line_exit_2(code, err, "--costs", "character device")
+    assert_one_line_exit_2(code, err, "--costs", "character device")
 
 
 def test_a_directory_as_costs_says_so(tmp_path):
     code, _, err = _cli("simulate", DUMP, "--k", "1", "--costs", str(tmp_path))
-    _one_line_exit_2(code, err, "--costs", "a directory")
+    assert_one_line_exit_2(code, err, "--costs", "a directory")
 
 
 def test_tables_larger_than_the_cap_are_refused_unparsed(tmp_path):
@@ -104,7 +104,7 @@ def test_tables_larger_than_the_cap_are_refused_unparsed(tmp_path):
     with pytest.raises(InvalidInput, match="note must be text of at most"):
         CostTable.from_dict(_table(note="x" * 20_000))
     code, out, err = _cli("simulate", DUMP, "--k", "1", "--costs", path, "--json")
-    _one_line_exit_2(code, err, "--costs", "larger than")
+    assert_one_line_exit_2(code, err, "--costs", "larger than")
     assert out == ""
 
 
@@ -134,7 +134,7 @@ def test_hostile_json_is_one_typed_error_from_a_file_and_from_a_dump(tmp_path, w
         CostTable.from_json(text)
     path = _write(tmp_path, text)
     code, _, err = _cli("simulate", DUMP, "--k", "1", "--costs", path)
-    _one_line_exit_2(code, err, "--costs", path)
+    assert_one_line_exit_2(code, err, "--costs", path)
     # the same text as a dump's recorded `costs` array: a DumpFormatError naming the array
     dump = str(tmp_path / "d.npz")
     rng = np.random.default_rng(0)
@@ -147,7 +147,7 @@ def test_hostile_json_is_one_typed_error_from_a_file_and_from_a_dump(tmp_path, w
     with pytest.raises(DumpFormatError, match="array 'costs'"):
         simulate(dump, k=1)
     code, _, err = _cli("simulate", dump, "--k", "1")
-    _one_line_exit_2(code, err, "costs")
+    assert_one_line_exit_2(code, err, "costs")
 
 
 def test_non_utf8_costs_file(tmp_path):
@@ -155,7 +155,7 @@ def test_non_utf8_costs_file(tmp_path):
     with pytest.raises(InvalidInput, match="not UTF-8"):
         CostTable.from_file(path)
     code, _, err = _cli("simulate", DUMP, "--k", "1", "--costs", path)
-    _one_line_exit_2(code, err, "--costs", "not UTF-8")
+    assert_one_line_exit_2(code, err, "--costs", "not UTF-8")
 
 
 # ------------------------------------------------------------------ items 12, 20: overflow, NaN, negative intervals
@@ -209,7 +209,7 @@ def test_info_fields_and_version_are_checked(changes, needle):
 def test_nan_threads_never_reaches_the_output(tmp_path):
     path = _write(tmp_path, json.dumps(_table()).replace('"threads": 2', '"threads": NaN'))
     code, out, err = _cli("simulate", DUMP, "--k", "1", "--costs", path)
-    _one_line_exit_2(code, err, "--costs", "NaN")
+    assert_one_line_exit_2(code, err, "--costs", "NaN")
     assert "nan threads" not in out
 
 
@@ -239,5 +239,5 @@ def test_verify_cost_path_that_is_not_a_file_is_named(tmp_path, kind):
     with pytest.raises(InvalidInput, match="directory" if kind == "directory" else "character device"):
         _no_hang(lambda: VerifyCost.parse(path))
     code, _, err = _cli("simulate", DUMP, "--k", "1", "--verify-cost", path)
-    _one_line_exit_2(code, err, "--verify-cost", "not a regular file")
+    assert_one_line_exit_2(code, err, "--verify-cost", "not a regular file")
     assert "no such file" not in err
