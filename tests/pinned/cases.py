@@ -110,7 +110,7 @@ def verify_outputs():
 
 
 def simulate_outputs():
-    from fastspec.simulate import simulate
+    from fastspec.simulation import simulate
 
     syn = os.path.join(ROOT, "data", "synthetic_pair.npz")
     real = os.path.join(ROOT, "data", "smollm2_exit_top64.npz")
