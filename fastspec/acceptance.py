@@ -28,7 +28,7 @@ from typing import Callable
 import numba
 import numpy as np
 
-from ._kernels.alpha import alpha_rows, bounds_rows
+from ._kernels.alpha import DRAFT_STATUS, alpha_rows, bounds_rows
 from .analysis import (SpecStats, alpha_summary, expected_speedup, expected_tokens_closed_form,
                        expected_tokens_per_step, optimal_k)
 from .errors import DumpFormatError, InvalidInput, InvalidType
@@ -41,6 +41,11 @@ __all__ = ["acceptance_rates", "acceptance_bounds", "dump_acceptance", "DraftAcc
            "alpha_summary"]
 
 _WHAT = {1: "contains NaN", 2: "contains +inf", 3: "has no finite logit (all -inf)"}
+
+
+def _row_status(s: int) -> int:
+    """The row's own status of an alpha status: a target row's (1-3) as it is, a draft row's less DRAFT_STATUS."""
+    return s if s <= DRAFT_STATUS else s - DRAFT_STATUS
 
 
 def _rows(name, a):
@@ -80,9 +85,9 @@ def acceptance_rates(target_logits, draft_logits, *, temperature=1.0, top_k=0, t
     bad = np.flatnonzero(status)
     if bad.size:
         i, s = int(bad[0]), int(status[bad[0]])
-        name = "target_logits" if s <= 3 else "draft_logits"
+        name = "target_logits" if s <= DRAFT_STATUS else "draft_logits"
         idx = [int(j) for j in np.unravel_index(i, lead)] if lead else []
-        raise InvalidInput(f"{name} row {idx} {_WHAT[s if s <= 3 else s - 3]}; logits must be finite or -inf "
+        raise InvalidInput(f"{name} row {idx} {_WHAT[_row_status(s)]}; logits must be finite or -inf "
                            "(masked), with at least one finite value per row")
     return out.reshape(lead)
 
@@ -226,9 +231,9 @@ def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=Non
                     if status.any():
                         i = int(np.flatnonzero(status)[0])
                         s = int(status[i])
-                        arr = d.array_name("target", "logits") if s <= 3 else d.array_name(n, "logits")
+                        arr = d.array_name("target", "logits") if s <= DRAFT_STATUS else d.array_name(n, "logits")
                         raise DumpFormatError(f"{d.path}: array {arr!r}: row {d.where(ch.start + i)} "
-                                              f"{_WHAT[s if s <= 3 else s - 3]}; logits must be finite or -inf")
+                                              f"{_WHAT[_row_status(s)]}; logits must be finite or -inf")
                     res[n].alpha.reshape(-1)[ch.start:ch.stop] = out
                 else:
                     lo, hi = _bounds(ch.target[0], ch.target[1], ch.drafts[n][0], ch.drafts[n][1], valid,

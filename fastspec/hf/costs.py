@@ -45,6 +45,7 @@ from ..costs import COST_TABLE_VERSION, CostTable
 from ..errors import InvalidInput, InvalidType
 from ..ngram import NgramProposer
 from ..params import SamplingParams
+from ..stats import Z95
 from ..verify import verify_logits
 from .args import (MAX_K, MAX_NEW_TOKENS, as_token_ids, check_k, check_max_new_tokens, check_positions, int_in,
                    positive_int)
@@ -56,7 +57,6 @@ __all__ = ["measure_costs", "check_cost_context", "machine_name", "median_se", "
 
 DEFAULT_CONTEXT_LENGTH = 128
 DEFAULT_WARMUP = 2
-_Z95 = 1.959963984540054
 
 
 def machine_name() -> str:
@@ -82,10 +82,10 @@ def median_se(samples: Sequence[float]) -> tuple[float, float]:
     n = len(x)
     if n == 0:
         raise InvalidInput("median_se needs at least one sample")
-    half = _Z95 * math.sqrt(n) / 2
+    half = Z95 * math.sqrt(n) / 2
     lo = min(max(int(math.floor(n / 2 - half)), 1), n)
     hi = min(max(int(math.ceil(1 + n / 2 + half)), 1), n)
-    return statistics.median(x), (x[hi - 1] - x[lo - 1]) / (2 * _Z95)
+    return statistics.median(x), (x[hi - 1] - x[lo - 1]) / (2 * Z95)
 
 
 def _positive_seconds(t: float) -> float:

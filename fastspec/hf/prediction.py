@@ -24,12 +24,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import InvalidInput
-from ..stats import ratio_ci, t_quantile_975
+from ..stats import Z95, ratio_ci, t_quantile_975
 
 __all__ = ["ratio_ci", "speedup_ci", "prediction_over_prompts", "Prediction", "predict", "relative_error",
            "z_difference", "compare", "Z95"]
-
-Z95 = 1.959963984540054
 
 
 def speedup_ci(tokens, seconds, base_tokens, base_seconds) -> tuple[float, float, float]:
