@@ -19,7 +19,6 @@ from fastspec.analysis import expected_tokens_per_step
 from fastspec.errors import InvalidInput, InvalidType
 from fastspec.simulation import VerifyCost, simulate
 from fastspec.simulation import runners
-from fastspec.stats import t_isf, t_sf
 
 P3 = np.log([0.5, 0.3, 0.2])
 Q3 = np.log([0.2, 0.5, 0.3])  # alpha = 0.7 at every position
@@ -205,25 +204,6 @@ def test_a_deterministic_process_keeps_its_exact_zero_width_interval(tmp_path):
     path = save_dump(str(tmp_path / "g.npz"), t, {"d": t + rng.normal(0, 1, t.shape)}, temperature=1.0)
     row = simulate(path, k=3, temperature=0.0, trials=2).results[0]
     assert row.ci95[0] == row.ci95[1] and row.mc_vs_exact_z == 0.0 and row.mc_agrees_with_exact is True
-
-
-# ------------------------------------------------------------------ Student t at any level, without SciPy
-
-@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 7, 19, 30, 99, 999, 10 ** 4, 0.5, 2.5])
-def test_t_isf_and_t_sf_match_scipy(df):
-    for p in (0.45, 0.25, 0.1, 0.025, 1e-3, 5e-5, 1e-8, 1e-12, 1e-15):
-        assert t_isf(p, df) == pytest.approx(stats.t.isf(p, df), rel=1e-9)
-        assert t_isf(1 - p, df) == pytest.approx(stats.t.isf(1 - p, df), rel=1e-9, abs=1e-12)
-    for t in (-3.0, 0.0, 0.3, 2.0, 7.0, 80.0):
-        assert t_sf(t, df) == pytest.approx(stats.t.sf(t, df), rel=1e-9)
-
-
-def test_t_isf_normal_limit_and_errors():
-    assert t_isf(5e-5, math.inf) == pytest.approx(stats.norm.isf(5e-5), rel=1e-12)
-    assert t_sf(1.5, math.inf) == pytest.approx(stats.norm.sf(1.5), rel=1e-12)
-    for bad in ((0.0, 3), (1.0, 3), (0.1, 0), (0.1, -2)):
-        with pytest.raises(ValueError):
-            t_isf(*bad)
 
 
 def test_agreement_threshold_is_student_t_at_the_documented_false_alarm():
