@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .config import MAX_ENTRY_N, MAX_TABLE_BYTES, SECONDS_RANGE
-from .errors import InvalidInput, InvalidType
+from .errors import InvalidInput, InvalidType, shown
 
 __all__ = ["CostTable", "LoopCost", "COST_TABLE_VERSION", "MAX_TABLE_BYTES", "SECONDS_RANGE", "read_json_file",
            "parse_json"]
@@ -120,7 +120,7 @@ def int_keyed(obj, where: str, first: int, form: str) -> list:
     for key, val in obj.items():
         text = str(key).strip()
         if not (text.isascii() and text.isdigit()) or len(text) > 7:
-            raise InvalidInput(f"{where}: key {str(key)[:40]!r} is not an integer in [{first}, {MAX_ENTRY_N}]")
+            raise InvalidInput(f"{where}: key {shown(str(key))} is not an integer in [{first}, {MAX_ENTRY_N}]")
         n = int(text)
         if n < first or n > MAX_ENTRY_N or str(n) != text:
             raise InvalidInput(f"{where}: key {key!r} must be an integer in [{first}, {MAX_ENTRY_N}]")
@@ -142,9 +142,8 @@ def _seconds(obj, where: str, *, first: int, positive: bool = True) -> dict[int,
                 f = math.inf
             ok = math.isfinite(f) and (lo <= f <= hi if positive else 0 <= f <= hi)
         if not ok:
-            shown = repr(val) if not isinstance(val, (str, int)) or len(repr(val)) <= 40 else repr(val)[:40] + "..."
             want = f"> 0 (in [{lo:g}, {hi:g}])" if positive else f">= 0 (at most {hi:g})"
-            raise InvalidInput(f"cost table: {where}[{key!r}] = {shown} must be a finite number of seconds {want}")
+            raise InvalidInput(f"cost table: {where}[{key!r}] = {shown(val)} must be a finite number of seconds {want}")
         out[n] = f
     return out
 
@@ -175,8 +174,8 @@ def _info(obj) -> dict:
         else:
             low = 0 if key == "context_length" else 1
             if isinstance(val, bool) or not isinstance(val, int) or not low <= val <= MAX_ENTRY_N * 64:
-                shown = repr(val) if len(repr(val)) <= 40 else repr(val)[:40] + "..."
-                raise InvalidInput(f"cost table: {key} = {shown} must be an integer in [{low}, {MAX_ENTRY_N * 64}]")
+                raise InvalidInput(f"cost table: {key} = {shown(val)} must be an integer in "
+                                   f"[{low}, {MAX_ENTRY_N * 64}]")
         info[key] = val
     return info
 

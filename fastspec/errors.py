@@ -14,7 +14,7 @@ from __future__ import annotations
 import numbers
 
 __all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
-           "check_int"]
+           "check_int", "shown"]
 
 
 class FastspecError(Exception):
@@ -39,6 +39,16 @@ class DumpNotFound(InvalidInput, FileNotFoundError):
 
 class ClusterError(FastspecError, RuntimeError):
     """A Dask cluster failed or could not be reached (a runtime failure, not bad input)."""
+
+
+def shown(value, limit: int = 40) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters ("..." after): a hostile value (a megabyte string,
+    an integer too long for ``repr``, nesting too deep for it) is never echoed whole and never raises."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # Python's int-digit limit; a structure nested too deep
+        text = f"<{type(value).__name__} too large to show>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def check_int(name: str, value, low: int, high: int | None = None) -> int:

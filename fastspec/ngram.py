@@ -56,7 +56,7 @@ import numpy as np
 
 from ._numba.jit import kernel
 from .config import MAX_NGRAM, MAX_PROPOSAL
-from .errors import InvalidInput, InvalidType
+from .errors import InvalidInput, InvalidType, shown
 
 __all__ = ["NgramProposer", "Proposals", "propose", "proposals_along", "draft_batch", "OCCURRENCES", "MAX_NGRAM",
            "MAX_PROPOSAL"]
@@ -116,8 +116,7 @@ def _count(name: str, value, low: int, high: int, what: str) -> int:
         raise InvalidType(f"{name} must be an integer in [{low}, {high}] ({what}), got {type(value).__name__} "
                           f"{value!r}")
     if not low <= value <= high:
-        shown = str(int(value)) if len(str(int(value))) <= 30 else str(int(value))[:30] + "..."
-        raise InvalidInput(f"{name} = {shown} is invalid: {what} must be in [{low}, {high}]")
+        raise InvalidInput(f"{name} = {shown(int(value))} is invalid: {what} must be in [{low}, {high}]")
     return int(value)
 
 

@@ -241,3 +241,14 @@ def test_verify_cost_path_that_is_not_a_file_is_named(tmp_path, kind):
     code, _, err = _cli("simulate", DUMP, "--k", "1", "--verify-cost", path)
     assert_one_line_exit_2(code, err, "--verify-cost", "not a regular file")
     assert "no such file" not in err
+
+
+@pytest.mark.parametrize("value", [10 ** 5000, "x" * 10 ** 6, [[[[0.1]]]]], ids=["5001 digits", "1 MB", "nested"])
+def test_hostile_values_from_a_mapping_are_typed_errors_with_a_short_message(value):
+    """A table passed as a mapping (not parsed from JSON) may hold values JSON could not: an integer longer than
+    repr() prints, a megabyte string; the message shows at most 40 characters of it."""
+    t = _table()
+    t["target"]["forward_s"]["2"] = value
+    with pytest.raises(InvalidInput, match="must be a finite number of seconds") as exc:
+        CostTable.from_dict(t)
+    assert len(str(exc.value)) < 200

@@ -145,7 +145,7 @@ def row_seeds(seed, batch: int) -> np.ndarray:
     ``[-2**63, 2**64)``).  Verifying row ``b`` alone with ``seed=row_seeds(seed, B)[b:b+1]`` reproduces the
     batched result exactly.
     """
-    from ..errors import InvalidInput, InvalidType
+    from ..errors import InvalidInput, InvalidType, shown
 
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
         out = np.empty(batch, np.int64)
@@ -159,7 +159,7 @@ def row_seeds(seed, batch: int) -> np.ndarray:
         if isinstance(item, int) and not isinstance(item, bool):
             return row_seeds(item, batch)
         raise InvalidType(f"seed must be an integer in [-2**63, 2**64) or an integer array of shape [{batch}] (one per "
-                          f"row), got {type(seed).__name__} {str(seed)[:40]}: every draw is keyed by the seed, so "
+                          f"row), got {type(seed).__name__} {shown(seed)}: every draw is keyed by the seed, so "
                           "pass one (e.g. seed=0)")
     if arr.shape != (batch,):
         raise InvalidInput(f"seed must be a scalar or have shape [{batch}] (one per row), got shape {list(arr.shape)}")

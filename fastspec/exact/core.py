@@ -14,7 +14,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-from ..errors import InvalidInput, InvalidType
+from ..errors import InvalidInput, InvalidType, shown
 
 __all__ = ["FLOAT_SUM_TOLERANCE", "to_fraction", "as_distribution", "total_variation", "VerifyStep", "verify_step"]
 
@@ -86,8 +86,7 @@ def _check_size(text: str, where: str) -> None:
     m = _EXPONENT.search(text)
     if len(text) > 2 * MAX_DIGITS + 10 or (m and (len(m.group(1).lstrip("+-")) > 6 or
                                                   abs(int(m.group(1))) > MAX_DIGITS)):
-        shown = text if len(text) <= 40 else text[:40] + "..."
-        raise InvalidInput(f"{where} is {shown!r}: exact entries are limited to {MAX_DIGITS} digits (exponents "
+        raise InvalidInput(f"{where} is {shown(text)}: exact entries are limited to {MAX_DIGITS} digits (exponents "
                            f"within +-{MAX_DIGITS}); write the probability with fewer digits")
 
 
