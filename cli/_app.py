@@ -16,9 +16,10 @@ class _OneLineErrors(TyperGroup):
     """Turns every failure into one line on stderr and the documented exit code.
 
     Usage errors and the library's typed bad-input errors (:mod:`fastspec.errors`: InvalidInput, InvalidType,
-    DumpFormatError, DumpNotFound) exit 2; anything else -- an I/O failure, a cluster that does not answer, a
-    bug -- is a runtime failure and exits 1.  Never a traceback for a user mistake (set ``FASTSPEC_DEBUG=1`` to
-    see one anyway).
+    DumpFormatError, DumpNotFound) exit 2; anything else -- an I/O failure, a cluster that does not answer
+    (ClusterError), a missing extra (MissingExtra), a bug -- is a runtime failure and exits 1.  fastspec's own
+    errors print as their message; other exceptions (but OSError) with their type's name first.  Never a
+    traceback for a user mistake (set ``FASTSPEC_DEBUG=1`` to see one anyway).
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -57,11 +58,14 @@ def _report(exc: Exception) -> int:
         where = f" ({ctx.command_path})" if ctx is not None else ""
         typer.echo(f"fastspec: error{where}: {' '.join(str(msg).split())}", err=True)
         return int(exc.exit_code) if exc.exit_code else EXIT_BAD_INPUT
-    from fastspec.errors import InvalidInput, InvalidType
+    from fastspec.errors import FastspecError, InvalidInput, InvalidType
 
     if isinstance(exc, (InvalidInput, InvalidType)):
         typer.echo(f"fastspec: error: {' '.join(str(exc).split())}", err=True)
         return EXIT_BAD_INPUT
+    if isinstance(exc, FastspecError):  # ClusterError, MissingExtra: a message written for people, exit 1
+        typer.echo(f"fastspec: error: {' '.join(str(exc).split())}", err=True)
+        return EXIT_RUNTIME
     if isinstance(exc, MemoryError):
         limit = address_space_limit()
         detail = " ".join(str(exc).split())

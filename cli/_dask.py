@@ -5,7 +5,8 @@ import re
 from contextlib import contextmanager
 from typing import Iterator
 
-from ._common import EXIT_RUNTIME, fail
+from fastspec.errors import ClusterError
+
 from ._options import FlagError
 
 CONNECT_TIMEOUT_S = 5
@@ -19,7 +20,10 @@ def _cores() -> int:
 
 @contextmanager
 def open_scheduler(spec: str | None) -> Iterator[object]:
-    """Yield a ``distributed.Client`` for ``spec`` (None -> None); close it (and a local cluster) after."""
+    """Yield a ``distributed.Client`` for ``spec`` (None -> None); close it (and a local cluster) after.
+
+    A spec that is not understood, or dask missing: :class:`FlagError` (exit 2); a local cluster that does not start
+    or a scheduler that does not answer: :class:`fastspec.errors.ClusterError` (exit 1), one line each."""
     if spec is None:
         yield None
         return
@@ -52,14 +56,14 @@ def open_scheduler(spec: str | None) -> Iterator[object]:
         except Exception as exc:  # noqa: BLE001 - reported as one line
             if cluster is not None:
                 cluster.close()
-            fail(f"--scheduler {spec}: cannot start a local Dask cluster ({type(exc).__name__}: "
-                 f"{' '.join(str(exc).split())})", EXIT_RUNTIME)
+            raise ClusterError(f"--scheduler {spec}: cannot start a local Dask cluster ({type(exc).__name__}: "
+                               f"{' '.join(str(exc).split())})") from exc
     else:
         try:
             client = Client(text, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except Exception as exc:  # noqa: BLE001 - OSError / TimeoutError from the comm layer
-            fail(f"cannot reach the Dask scheduler at {text} within {CONNECT_TIMEOUT_S} s "
-                 f"({type(exc).__name__}: {' '.join(str(exc).split())})", EXIT_RUNTIME)
+            raise ClusterError(f"cannot reach the Dask scheduler at {text} within {CONNECT_TIMEOUT_S} s "
+                               f"({type(exc).__name__}: {' '.join(str(exc).split())})") from exc
     try:
         yield client
     finally:

@@ -11,12 +11,13 @@ from typing import Optional
 
 import typer
 
-from ._common import EXIT_RUNTIME, fail, progress_bar, stderr_console
+from ._common import progress_bar, stderr_console
 from ._options import MAX_TOKENS, FlagError, check_model_seed, check_range, check_threads, option_errors
 
 
 def import_hf():
-    """fastspec.hf (transformers set to offline and quiet), or a one-line error (exit 1) naming the extra.
+    """fastspec.hf (transformers set to offline and quiet); without the extra, :class:`fastspec.errors.MissingExtra`
+    naming it (the error boundary prints its one line, exit 1).
 
     Before torch (or Numba's thread pool) starts, OpenMP's idle threads are told to sleep rather than spin
     (``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise): torch and Numba share the OpenMP runtime,
@@ -31,8 +32,10 @@ def import_hf():
 
         hf.quiet_logging()
     except ImportError as exc:
-        fail(f"this command needs torch and transformers ({exc}); install the extra: pip install 'fastspec[hf]' "
-             "(CPU torch: pip install torch==2.13.0)", EXIT_RUNTIME)
+        from fastspec.errors import MissingExtra
+
+        raise MissingExtra(f"this command needs torch and transformers ({exc}); install the extra: pip install "
+                           "'fastspec[hf]' (CPU torch: pip install torch==2.13.0)") from exc
     return hf
 
 

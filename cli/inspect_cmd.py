@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from typing import Optional
 
 from rich.table import Table
@@ -36,7 +37,7 @@ def inspect_command(
     integrity: bool = integrity_option(),
 ) -> None:
     """Show the arrays, shapes and drafts of a dump, and each draft's acceptance rate α."""
-    from fastspec.acceptance import alpha_summary, expected_tokens_per_step, resolve_sampling
+    from fastspec.acceptance import inspect_dump
     from fastspec.shards import load_any  # a dump, or a directory of shards (fastspec.shards)
 
     ks = parse_k(k)
@@ -44,41 +45,34 @@ def inspect_command(
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
     with open_scheduler(scheduler) as client, load_any(dump, client=client, verify_integrity=integrity) as d:
-        info = d.describe()
-        settings = resolve_sampling(d, **given).as_dict()
-        acc = d.acceptance
-        # the alpha pass reads every byte of the dump: a bar on a terminal; elsewhere (a log) a line per tenth of
-        # a dump large enough to take a while
-        big = d.size_on_disk >= PROGRESS_LINES_BYTES
-        start, advance, _, stop = progress_bar(stderr_console(), "alpha pass (positions)", d.N * d.T,
-                                               every=max(1, d.N * d.T // 10) if big else None)
+        report = inspect_dump(d, ks, progress=_alpha_pass_progress(d.size_on_disk), **given)
+    out = report.as_dict()
+    if as_json:
+        print_json(out)
+        return
+    _render(out, report.ks)
+
+
+def _alpha_pass_progress(size_on_disk: int):
+    """``progress(stage, total, every)`` for :func:`fastspec.acceptance.inspect_dump`: the alpha pass reads every
+    byte of the dump: a bar on a terminal; elsewhere (a log) a line per tenth of a dump large enough to take a
+    while, nothing for a small one."""
+    big = size_on_disk >= PROGRESS_LINES_BYTES
+
+    @contextmanager
+    def stage(label: str, total: int, every: int):
+        start, advance, _, stop = progress_bar(stderr_console(), label, total, every=every if big else None)
         start()
         try:
-            res = acc(**given, progress=advance)
+            yield advance
         finally:
             stop()
-        drafts = {}
-        for name, r in res.items():
-            entry: dict = {"exact": r.exact}
-            if r.exact:
-                entry["alpha"] = alpha_summary(r.alpha, r.valid)
-                by_k = {kk: expected_tokens_per_step(r.alpha, kk, lengths=d.lengths).as_dict() for kk in ks}
-                entry["expected"] = by_k[ks[0]]
-                entry["expected_by_k"] = by_k
-            else:
-                entry["alpha_lower"] = alpha_summary(r.lower, r.valid)
-                entry["alpha_upper"] = alpha_summary(r.upper, r.valid)
-                lo = {kk: expected_tokens_per_step(r.lower, kk, lengths=d.lengths).as_dict() for kk in ks}
-                hi = {kk: expected_tokens_per_step(r.upper, kk, lengths=d.lengths).as_dict() for kk in ks}
-                entry["expected_at_lower"], entry["expected_at_upper"] = lo[ks[0]], hi[ks[0]]
-                entry["expected_at_lower_by_k"], entry["expected_at_upper_by_k"] = lo, hi
-            drafts[name] = entry
-    info["settings"] = settings
-    info["acceptance"] = drafts
-    if as_json:
-        print_json(info)
-        return
 
+    return stage
+
+
+def _render(info: dict, ks: tuple[int, ...]) -> None:
+    """The human output of an inspection's :meth:`~fastspec.acceptance.DumpInspection.as_dict`."""
     con = stdout_console()
     con.print(f"{info['path']}  ({info['format']}, {_size(info['size_on_disk'])} on disk)", style="bold")
     v = info["V"] if info["V"] is not None else "unknown"
@@ -92,7 +86,7 @@ def inspect_command(
     for a in info["arrays"]:
         t.add_row(a["name"], str(a["shape"]), a["dtype"], _size(a["nbytes"]), a["storage"])
     con.print(t)
-    s = settings
+    s, drafts = info["settings"], info["acceptance"]
     t = Table(title=f"acceptance (temperature={s['temperature']:g}, top_k={s['top_k']}, top_p={s['top_p']:g}, "
                     f"min_p={s['min_p']:g})")
     cols = ["draft", "mean α", "std (positions)", "std (sequences)", "seq min..max"]

@@ -22,20 +22,22 @@ Both are exact when k covers the whole support.  Sampling settings that need the
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ContextManager, Iterator, Sequence
 
 import numba
 import numpy as np
 
 from ._kernels.alpha import DRAFT_STATUS, alpha_rows, bounds_rows
-from .analysis import (SpecStats, alpha_summary, expected_speedup, expected_tokens_closed_form,
+from .analysis import (SpecStats, alpha_summary, check_k, expected_speedup, expected_tokens_closed_form,
                        expected_tokens_per_step, optimal_k)
-from .errors import DumpFormatError, InvalidInput, InvalidType
+from .errors import DumpFormatError, InvalidInput, InvalidType, shown
 from .params import SamplingParams, per_row
 from .processing import kernel_view, logits_array
 
 __all__ = ["acceptance_rates", "acceptance_bounds", "dump_acceptance", "DraftAcceptance", "resolve_sampling",
+           "inspect_dump", "DumpInspection", "DraftFigures", "ALPHA_PASS",
            # re-exported from fastspec.analysis
            "expected_tokens_per_step", "SpecStats", "expected_tokens_closed_form", "expected_speedup", "optimal_k",
            "alpha_summary"]
@@ -246,3 +248,135 @@ def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=Non
     finally:
         if own:
             d.close()
+
+
+# --------------------------------------------------------------------------------------------- inspection
+#: The stage :func:`inspect_dump` reports to its ``progress``: the alpha pass, counted in positions (rows of N x T).
+ALPHA_PASS = "alpha pass (positions)"
+
+
+@dataclass(frozen=True)
+class DraftFigures:
+    """What ``fastspec inspect`` shows of one draft: the alpha summary (:func:`alpha_summary`) and the trajectory
+    DP (:func:`expected_tokens_per_step`) for each draft length of ``ks``.
+
+    Dense dumps (``exact``): ``alpha`` and ``expected_by_k``.  Sparse dumps: the two ends of the interval,
+    ``alpha_lower`` / ``alpha_upper`` and ``expected_at_lower_by_k`` / ``expected_at_upper_by_k`` (the mean
+    acceptance length is non-decreasing in every alpha_t, so its values at the ends bound the true one; the draft
+    acceptance rate at the ends is not a bound).  :meth:`as_dict` adds ``expected`` (or ``expected_at_lower`` /
+    ``expected_at_upper``): the figures at the first k."""
+
+    name: str
+    ks: tuple[int, ...]
+    alpha: dict | None = None
+    expected_by_k: dict[int, SpecStats] | None = None
+    alpha_lower: dict | None = None
+    alpha_upper: dict | None = None
+    expected_at_lower_by_k: dict[int, SpecStats] | None = None
+    expected_at_upper_by_k: dict[int, SpecStats] | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.alpha is not None
+
+    def as_dict(self) -> dict:
+        """The JSON entry of ``fastspec inspect --json``'s ``acceptance`` (k keys are ints; JSON makes them strings)."""
+        k0 = self.ks[0]
+        if self.exact:
+            by_k = {k: s.as_dict() for k, s in self.expected_by_k.items()}
+            return {"exact": True, "alpha": self.alpha, "expected": by_k[k0], "expected_by_k": by_k}
+        lo = {k: s.as_dict() for k, s in self.expected_at_lower_by_k.items()}
+        hi = {k: s.as_dict() for k, s in self.expected_at_upper_by_k.items()}
+        return {"exact": False, "alpha_lower": self.alpha_lower, "alpha_upper": self.alpha_upper,
+                "expected_at_lower": lo[k0], "expected_at_upper": hi[k0],
+                "expected_at_lower_by_k": lo, "expected_at_upper_by_k": hi}
+
+
+@dataclass(frozen=True)
+class DumpInspection:
+    """What :func:`inspect_dump` found: ``info`` (the dump's ``describe()``: path, kind, shapes, arrays, ...),
+    the ``sampling`` the alphas were computed under, the draft lengths ``ks`` and the figures per draft."""
+
+    info: dict
+    sampling: SamplingParams
+    ks: tuple[int, ...]
+    drafts: dict[str, DraftFigures]
+
+    def as_dict(self) -> dict:
+        """``fastspec inspect --json``: ``info`` plus ``settings`` and ``acceptance`` (draft -> figures)."""
+        return {**self.info, "settings": self.sampling.as_dict(),
+                "acceptance": {n: f.as_dict() for n, f in self.drafts.items()}}
+
+
+@contextlib.contextmanager
+def _no_progress(_stage: str, _total: int, _every: int) -> Iterator[Callable[..., None]]:
+    yield lambda _n=1: None
+
+
+def _check_ks(ks) -> tuple[int, ...]:
+    """Draft lengths: one k or a non-empty sequence of distinct ones, each checked by :func:`check_k`."""
+    ks_given = ks
+    if isinstance(ks, (int, np.integer)) and not isinstance(ks, (bool, np.bool_)):
+        ks = (ks,)
+    try:
+        ks = () if isinstance(ks, (str, bytes)) else tuple(ks)
+    except TypeError:
+        ks = ()
+    if not ks:
+        raise InvalidInput(f"ks must be a draft length or a non-empty sequence of them, got {shown(ks_given)}")
+    out = tuple(check_k(k, "ks") for k in ks)
+    if len(set(out)) != len(out):
+        raise InvalidInput(f"ks must not repeat a draft length, got {list(out)}")
+    return out
+
+
+def inspect_dump(dump, ks: int | Sequence[int] = (4,), *, sampling: SamplingParams | None = None,
+                 temperature=None, top_k=None, top_p=None, min_p=None, drafts=None,
+                 verify_integrity: bool | None = None,
+                 progress: Callable[[str, int, int], ContextManager[Callable[..., None]]] | None = None,
+                 ) -> DumpInspection:
+    """What a dump holds and each draft's acceptance figures: what ``fastspec inspect`` shows.
+
+    ``dump``: an open dump (:class:`fastspec.io.Dump`, :class:`fastspec.shards.ShardedDump`: whose own settings,
+    e.g. a Dask client, the alpha pass uses) or a path (a dump or a directory of shards, opened and closed here).
+    ``ks``: the draft lengths of the trajectory DP (the first is the one ``expected`` reports).  Sampling: as in
+    :func:`dump_acceptance` (the dump's recorded settings by default; a sparse dump refuses settings that need the
+    full vocabulary), resolved once, before the pass.  ``verify_integrity``: as in :func:`dump_acceptance`.
+    ``progress(stage, total, every)``: a context manager around the alpha pass (stage :data:`ALPHA_PASS`, ``total``
+    = N T positions, ``every`` a tenth of them) that yields ``advance(n)``, as for
+    :func:`fastspec.hf.measure_and_predict`.  Bad arguments raise InvalidInput / InvalidType.
+    """
+    from .io.dump import DumpBase
+
+    ks = _check_ks(ks)
+    progress = _no_progress if progress is None else progress
+    own = not isinstance(dump, DumpBase)
+    if own:
+        from .shards import load_any
+
+        d = load_any(dump, verify_integrity=True if verify_integrity is None else verify_integrity)
+    else:
+        d = dump
+    try:
+        sp = _given_or_resolved(d, sampling, temperature, top_k, top_p, min_p)
+        info = d.describe()
+        total = d.N * d.T
+        with progress(ALPHA_PASS, total, max(1, total // 10)) as advance:
+            res = d.acceptance(sampling=sp, drafts=drafts, verify_integrity=verify_integrity, progress=advance)
+        lengths = d.lengths
+    finally:
+        if own:
+            d.close()
+
+    def dp(alpha):
+        return {k: expected_tokens_per_step(alpha, k, lengths=lengths) for k in ks}
+
+    figures = {}
+    for name, r in res.items():
+        if r.exact:
+            figures[name] = DraftFigures(name, ks, alpha=alpha_summary(r.alpha, r.valid), expected_by_k=dp(r.alpha))
+        else:
+            figures[name] = DraftFigures(name, ks, alpha_lower=alpha_summary(r.lower, r.valid),
+                                         alpha_upper=alpha_summary(r.upper, r.valid),
+                                         expected_at_lower_by_k=dp(r.lower), expected_at_upper_by_k=dp(r.upper))
+    return DumpInspection(info=info, sampling=sp, ks=ks, drafts=figures)

@@ -7,14 +7,15 @@ Every mistake in what a caller passed raises :class:`InvalidInput` (a ``ValueErr
 catches ``ValueError``/``TypeError`` keeps working.
 
 The command line maps exactly these to "bad input" (exit code 2); anything else -- an I/O failure, a cluster
-that does not answer, a bug -- is a runtime failure (exit code 1).
+that does not answer (:class:`ClusterError`), a missing extra (:class:`MissingExtra`), a bug -- is a runtime failure
+(exit code 1); fastspec's own errors print as their message, anything else with its type's name first.
 """
 from __future__ import annotations
 
 import numbers
 
 __all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
-           "check_int", "shown"]
+           "MissingExtra", "check_int", "shown"]
 
 
 class FastspecError(Exception):
@@ -39,6 +40,11 @@ class DumpNotFound(InvalidInput, FileNotFoundError):
 
 class ClusterError(FastspecError, RuntimeError):
     """A Dask cluster failed or could not be reached (a runtime failure, not bad input)."""
+
+
+class MissingExtra(FastspecError, ImportError):
+    """An optional extra (``fastspec[hf]``: torch, transformers) is not installed; the message names the pip
+    command (a runtime failure, not bad input; also an ``ImportError``)."""
 
 
 def shown(value, limit: int = 40) -> str:

@@ -113,3 +113,24 @@ def test_alpha_pass_progress_adds_up(tmp_path):
     ticks = []
     ShardedDump([path, p2]).acceptance(progress=ticks.append)
     assert ticks == [12, 12]
+
+
+def test_the_command_shows_what_the_library_computes(tmp_path):
+    """inspect's figures come from fastspec.acceptance.inspect_dump (issue #20, item 7): the command's JSON is the
+    library result's as_dict, for a dense and a sparse dump, and its table prints the same numbers."""
+    from fastspec.acceptance import inspect_dump
+
+    path, _, _ = _dump(tmp_path)
+    ids = np.tile(np.arange(3), (2, 4, 1))
+    lp = np.log(np.full((2, 4, 3), 0.3))
+    sparse = str(save_dump(tmp_path / "s", (ids, lp), (ids, lp - 0.2), vocab_size=10))
+    for p, args, ks, lib in ((path, ["--temperature", "0.5", "--k", "1,3"], [1, 3], dict(temperature=0.5)),
+                             (sparse, ["--k", "2"], [2], {})):
+        r = runner.invoke(app, ["inspect", p, "--json", *args])
+        assert r.exit_code == 0, r.output
+        want = inspect_dump(p, ks, **lib).as_dict()
+        assert json.loads(r.stdout) == json.loads(json.dumps(want))
+    r = runner.invoke(app, ["inspect", path, "--temperature", "0.5", "--k", "1,3"])
+    figures = inspect_dump(path, [1, 3], temperature=0.5).drafts["tiny"]
+    assert f"{figures.alpha['mean']:.4f}" in r.stdout
+    assert f"{figures.expected_by_k[3].mean_acceptance_length:.3f}" in r.stdout

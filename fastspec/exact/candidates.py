@@ -20,20 +20,21 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterator, Sequence
 
-from .. import methods
 from ..errors import InvalidInput, InvalidType
+from ..methods import CANDIDATE_SAMPLING as _REGISTRY
+from ..methods import check_candidate_sampling
 from .core import ONE, ZERO, ComparedWithTarget, Dist, check_count, normalized, pair, residual, total_variation
 from .walk import Accept, Emit, position_law
 
 __all__ = ["CANDIDATE_SAMPLING", "top_candidates", "CandidateStep", "candidate_step"]
 
 #: The candidate-sampling names (from the registry :data:`fastspec.methods.CANDIDATE_SAMPLING`).
-CANDIDATE_SAMPLING = tuple(methods.CANDIDATE_SAMPLING)
+CANDIDATE_SAMPLING = tuple(_REGISTRY)
 
 
 def check_sampling(sampling) -> str:
     """``sampling`` if it names a candidate-sampling scheme, else InvalidInput."""
-    return methods.check_candidate_sampling(sampling)
+    return check_candidate_sampling(sampling)
 
 
 def check_widths(widths) -> tuple:
