@@ -20,7 +20,9 @@ def dump_command(
     draft: List[str] = typer.Option([], "--draft", metavar="NAME=MODEL", help="Draft (repeatable; none: a "
                                     "target-only dump, e.g. for n-gram analysis). MODEL: model directory, .gguf "
                                     "file, exitL = the target's first L layers + its final norm and LM head, or "
-                                    "ngram or ngramMIN-MAX = prompt lookup (no logits; its cost is recorded)."),
+                                    "an n-gram prompt-lookup draft (no logits; its cost is recorded): ngram / "
+                                    "ngramMIN-MAX (fastspec's rule), ngram.vllm / ngram.vllmMIN-MAX (vLLM's), "
+                                    "ngram.hf / ngram.hfMAX (Hugging Face's); grammar: fastspec simulate --help."),
     prompts: str = typer.Option(..., "--prompts", help="Prompts: text file (one per line) or .jsonl (chat messages, "
                                 "{\"messages\": [...]}, {\"prompt\": ...})."),
     out: str = typer.Option(..., "--out", help="Output dump: DUMP.npz, or a directory of .npy files."),

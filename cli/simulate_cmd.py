@@ -27,8 +27,13 @@ def simulate_command(
     k: str = k_option(),
     draft: Optional[List[str]] = typer.Option(None, "--draft", metavar="NAME", help="Simulate only this draft of the "
                                               "dump (repeatable; a repeated name counts once); default: every draft "
-                                              "model (a target-only dump: ngram).  ngram or ngramMIN-MAX: the "
-                                              "prompt-lookup draft, replayed from the dump's prompt tokens."),
+                                              "model (a target-only dump: ngram).  The prompt-lookup draft, replayed "
+                                              "from the dump's prompt tokens: ngram or ngramMIN-MAX (fastspec's "
+                                              "rule: latest occurrence, n 1-3), ngram.vllm / ngram.vllmN / "
+                                              "ngram.vllmMIN-MAX (vLLM's: earliest occurrence, n 5-5 by default, "
+                                              "one bound copies the other), ngram.hf / ngram.hfMAX (Hugging Face "
+                                              "prompt lookup: earliest, n 1-2 by default); named so in the output "
+                                              "(ngram1-3, ngram.vllm5-5, ngram.hf1-2)."),
     temperature: Optional[float] = temperature_option(),
     top_k: Optional[int] = top_k_option(),
     top_p: Optional[float] = top_p_option(),
@@ -55,9 +60,15 @@ def simulate_command(
     candidates: str = typer.Option("1", "--candidates", metavar="W", help="Candidates per drafted position (token "
                                    "verification with recursive rejection sampling), e.g. 1,2,4; exact via "
                                    "per-position beta_t(w)."),
-    candidate_sampling: str = typer.Option("iid", "--candidate-sampling", metavar="HOW", help="How the w candidates "
-                                           "are proposed: iid (drawn from the draft) or deterministic (top-w draft "
-                                           "logits)."),
+    candidate_sampling: Optional[str] = typer.Option(None, "--candidate-sampling", metavar="HOW", help="How the w "
+                                                     "candidates are proposed: iid (drawn from the draft; default) "
+                                                     "or deterministic (the top-w draft tokens as point masses: "
+                                                     "argmax drafts, also at --candidates 1)."),
+    draft_sampling: Optional[str] = typer.Option(None, "--draft-sampling", metavar="HOW", help="How a model draft "
+                                                 "proposes: sampled (x ~ q, judged with q; default) or argmax (its "
+                                                 "top-1 token judged with a one-hot q, as vLLM V1: acceptance "
+                                                 "p(argmax q); with --candidates w the top-w tokens).  Token "
+                                                 "verification only; not for n-gram drafts."),
     block_trials: Optional[int] = typer.Option(None, "--block-trials", metavar="N", help="Replays per sequence for "
                                                "block verification (real tokens through the kernel), 2 to 10000000; "
                                                "default 10."),
@@ -71,7 +82,8 @@ def simulate_command(
 ) -> None:
     """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
     from fastspec.simulation import AGREEMENT_FALSE_ALARM, SimulateConfig, VerifyCost, simulate
-    from fastspec.simulation.config import block_trials as check_block_trials, check_mode, check_trials, variants
+    from fastspec.simulation.config import (block_trials as check_block_trials, check_mode, check_trials, draft_modes,
+                                            variants)
 
     ks = parse_k(k)
     given = check_sampling(temperature, top_k, top_p, min_p)
@@ -86,6 +98,14 @@ def simulate_command(
                        ("--verify/--candidates", (verify, candidates, candidate_sampling))):
         with option_errors(flag):
             variants(*args)
+    with option_errors("--draft-sampling"):
+        draft_mode, _ = draft_modes(draft_sampling, None)
+    with option_errors("--draft-sampling/--candidate-sampling"):
+        draft_mode, _ = draft_modes(draft_sampling, candidate_sampling)
+    if draft_mode == "argmax" and "block" in [v.strip() for v in verify.split(",")]:
+        fail("--verify block with argmax drafts (--draft-sampling argmax or --candidate-sampling deterministic) is "
+             "not simulated: block verification's acceptance with a one-hot q is not derived here; use --verify "
+             "token")
     check_seed(seed)
     with option_errors("--verify-cost"):
         VerifyCost.parse(verify_cost)
@@ -109,6 +129,7 @@ def simulate_command(
     config = SimulateConfig(k=ks, drafts=draft or None, sampling=given or None, mode=mode, trials=trials, seed=seed,
                             draft_cost=draft_cost, verify_cost=verify_cost, verify=verify, candidates=candidates,
                             candidate_sampling=candidate_sampling, block_trials=block_trials,
+                            draft_sampling=draft_sampling,
                             costs=False if costs is not None and table is None else table)
 
     console = stderr_console()
@@ -249,7 +270,8 @@ def _results_table(res) -> Table:
     cfg = res.config
     sparse, has_cost, variants = cfg["dump_kind"] == "sparse", cfg.get("costs") is not None, "variants" in cfg
     title = (f"fastspec simulate {res.dump}  (T={cfg['temperature']:g}, top_k={cfg['top_k']}, top_p={cfg['top_p']:g}, "
-             f"min_p={cfg['min_p']:g}, mode={cfg['mode']}, trials={cfg['trials']}, seed={cfg['seed']})")
+             f"min_p={cfg['min_p']:g}, mode={cfg['mode']}, trials={cfg['trials']}, seed={cfg['seed']}"
+             + (", argmax drafts" if cfg.get("draft_sampling") == "argmax" else "") + ")")
     table = Table(title=title, title_justify="left")
     for c in _columns(sparse, has_cost, variants):
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)

@@ -16,6 +16,28 @@ at most ``max_n`` tokens per position and stopping at the first ``max_n``-long m
 Numba kernel.  The latest occurrence of a periodic pattern overlaps the suffix, so it proposes one period only:
 in a run ``a a a a`` it proposes one ``a`` whatever ``k``.
 
+Rules and presets (:func:`preset`; the ``--draft`` grammar of ``fastspec simulate``/``measure``/``dump`` and the
+``drafts=`` of :func:`fastspec.simulate`, parsed by one function, :func:`fastspec.simulation.ngram.parse_ngram_draft`):
+
+=================  ==========  ===================================  ==============================================
+preset             occurrence  bounds when not given                ``--draft`` spellings (name in output)
+=================  ==========  ===================================  ==============================================
+``fastspec``       latest      ``min_n = 1``, ``max_n = 3``         ``ngram``, ``ngramMIN-MAX`` (``ngramMIN-MAX``;
+                                                                    also ``ngram:MIN-MAX``, ``ngram[MIN-MAX]``,
+                                                                    ``ngram.fastspec``, ``ngram.fastspecMIN-MAX``)
+``vllm``           earliest    both 5; one given: the other copies  ``ngram.vllm``, ``ngram.vllmN`` (N-N),
+                               it                                   ``ngram.vllmMIN-MAX`` (``ngram.vllmMIN-MAX``)
+``hf``             earliest    ``min_n = 1`` always, ``max_n = 2``  ``ngram.hf``, ``ngram.hfMAX``, ``ngram.hf1-MAX``
+                                                                    (``ngram.hf1-MAX``)
+=================  ==========  ===================================  ==============================================
+
+MIN, MAX and N are decimal integers in [1, :data:`MAX_NGRAM`], MIN <= MAX.  ``vllm`` is vLLM's ``ngram`` method
+(``prompt_lookup_min``/``prompt_lookup_max``), ``hf`` Hugging Face's prompt lookup (``max_matching_ngram_size``):
+as fastspec models them (the lists below) the two share one rule, the earliest occurrence of the longest match,
+and differ in their bounds.  A proposer built by hand with ``occurrence="earliest"`` is named ``ngram.vllmMIN-MAX``
+(vLLM's rule with those bounds).  The name says the rule, is a valid draft name (letters, digits, '.', '-') and
+parses back to the same proposer.  ``ngram@vllm`` and other spellings are refused with the grammar.
+
 Verification: the proposer is deterministic, so q is one-hot on each proposed token: pass ``draft_logits=None``
 to :func:`fastspec.verify_logits` (the acceptance probability is then p(x)).  A proposal of ``d`` tokens is
 verified with ``d + 1`` target positions; a ragged batch goes through :func:`draft_batch` (``num_draft``), and
@@ -49,7 +71,7 @@ Differences from Hugging Face ``generate`` (``prompt_lookup_num_tokens`` = ``k``
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -58,10 +80,13 @@ from ._numba.jit import kernel
 from .config import MAX_NGRAM, MAX_PROPOSAL
 from .errors import InvalidInput, InvalidType, shown
 
-__all__ = ["NgramProposer", "Proposals", "propose", "proposals_along", "draft_batch", "OCCURRENCES", "MAX_NGRAM",
-           "MAX_PROPOSAL"]
+__all__ = ["NgramProposer", "Proposals", "propose", "proposals_along", "draft_batch", "preset", "OCCURRENCES",
+           "PRESETS", "MAX_NGRAM", "MAX_PROPOSAL"]
 
 OCCURRENCES = ("latest", "earliest")
+
+#: the named rules (module docstring): preset -> its occurrence
+PRESETS = {"fastspec": "latest", "vllm": "earliest", "hf": "earliest"}
 
 
 # --------------------------------------------------------------------------------------------- kernels
@@ -226,17 +251,29 @@ def draft_batch(proposals: Sequence[Sequence[int] | np.ndarray], k: int | None =
 
 @dataclass(frozen=True)
 class NgramProposer:
-    """One validated prompt-lookup configuration (module docstring): what a loop calls and a dump records."""
+    """One validated prompt-lookup configuration (module docstring): what a loop calls and a dump records.
+
+    ``preset``: the named rule it was made from (:func:`preset`; None: built by hand).  It names the proposer
+    (:func:`fastspec.simulation.ngram.ngram_name`) and takes no part in equality: two proposers that propose the
+    same tokens are equal."""
 
     k: int
     min_n: int = 1
     max_n: int = 3
     occurrence: str = "latest"
+    preset: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
         k, min_n, max_n, _ = _check(self.k, self.min_n, self.max_n, self.occurrence)
         for name, v in (("k", k), ("min_n", min_n), ("max_n", max_n)):
             object.__setattr__(self, name, v)
+        if self.preset is not None:
+            _preset_name(self.preset)
+            if PRESETS[self.preset] != self.occurrence:
+                raise InvalidInput(f"preset {self.preset!r} takes the {PRESETS[self.preset]} occurrence, not "
+                                   f"{self.occurrence!r}")
+            if self.preset == "hf" and min_n != 1:
+                raise InvalidInput(f"preset 'hf' has no minimum n-gram length (min_n = 1), got min_n = {min_n}")
 
     def propose(self, context: Sequence[int] | np.ndarray) -> np.ndarray:
         """int64 [d], 0 <= d <= k: the tokens to verify after ``context`` (prompt + generated tokens)."""
@@ -248,13 +285,17 @@ class NgramProposer:
                                occurrence=self.occurrence)
 
     def as_dict(self) -> dict:
-        """``{"name": "ngram", "k": ..., "min_n": ..., "max_n": ..., "occurrence": ...}`` (JSON-ready)."""
-        return {"name": "ngram", **asdict(self)}
+        """``{"name": "ngram", "k": ..., "min_n": ..., "max_n": ..., "occurrence": ...}`` (JSON-ready), with
+        ``"preset"`` when the proposer came from one."""
+        d = {"name": "ngram", "k": self.k, "min_n": self.min_n, "max_n": self.max_n, "occurrence": self.occurrence}
+        if self.preset is not None:
+            d["preset"] = self.preset
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "NgramProposer":
-        """The proposer :meth:`as_dict` described (``name`` optional); an unknown key is an error."""
-        unknown = sorted(set(d) - {"name", "k", "min_n", "max_n", "occurrence"})
+        """The proposer :meth:`as_dict` described (``name`` and ``preset`` optional); an unknown key is an error."""
+        unknown = sorted(set(d) - {"name", "k", "min_n", "max_n", "occurrence", "preset"})
         if unknown or d.get("name", "ngram") != "ngram":
             what = f"unknown key(s) {', '.join(map(repr, unknown))}" if unknown else f"name {d.get('name')!r}"
             raise InvalidInput(f"not an n-gram proposer description: {what}; expected name 'ngram' and keys k, "
@@ -264,5 +305,39 @@ class NgramProposer:
         return cls(**{key: v for key, v in d.items() if key != "name"})
 
     def describe(self) -> str:
-        """``"ngram k=4, n=1..3, latest occurrence"``."""
-        return f"ngram k={self.k}, n={self.min_n}..{self.max_n}, {self.occurrence} occurrence"
+        """``"ngram k=4, n=1..3, latest occurrence"`` (``", vllm preset"`` appended when it came from one)."""
+        tail = f", {self.preset} preset" if self.preset is not None else ""
+        return f"ngram k={self.k}, n={self.min_n}..{self.max_n}, {self.occurrence} occurrence{tail}"
+
+
+def _preset_name(name) -> str:
+    if not isinstance(name, str) or name not in PRESETS:
+        raise InvalidInput(f"n-gram preset {shown(name)} is unknown; choose one of: {', '.join(PRESETS)}")
+    return name
+
+
+def preset(name: str, min_n: int | None = None, max_n: int | None = None, *, k: int) -> NgramProposer:
+    """The proposer of a named rule (module docstring) with its defaults for the bounds not given:
+
+    * ``"fastspec"``: latest occurrence, ``min_n`` 1 and ``max_n`` 3 by default (``NgramProposer(k)``);
+    * ``"vllm"``: vLLM's ``ngram``: earliest occurrence; both bounds 5 when neither is given, one given: the
+      other copies it;
+    * ``"hf"``: Hugging Face prompt lookup: earliest occurrence, ``min_n`` 1 (no other value), ``max_n`` 2 by
+      default.
+
+    ``k``: the number of tokens to propose (keyword; neither engine has a default for it)."""
+    name = _preset_name(name)
+    if name == "vllm":
+        if min_n is None and max_n is None:
+            min_n = max_n = 5
+        elif min_n is None:
+            min_n = max_n
+        elif max_n is None:
+            max_n = min_n
+    elif name == "hf":
+        min_n = 1 if min_n is None else min_n
+        max_n = 2 if max_n is None else max_n
+    else:
+        min_n = 1 if min_n is None else min_n
+        max_n = 3 if max_n is None else max_n
+    return NgramProposer(k, min_n, max_n, PRESETS[name], preset=name)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..verify import verify_logits
-from ..errors import InvalidInput
+from ..errors import InvalidInput, shown
 from ..ngram import NgramProposer, propose
 from ..params import SamplingParams
 from ..processing import sample_tokens
@@ -301,7 +301,7 @@ class SpecResult:
 def as_ngram(draft) -> NgramProposer | None:
     """The prompt-lookup proposer ``draft`` stands for, or None when it is a model: an
     :class:`~fastspec.ngram.NgramProposer`, or a specification string
-    (:func:`fastspec.hf.models.parse_ngram_spec`: ``"ngram"``, ``"ngramMIN-MAX"``, ``"ngram:MIN-MAX"``).  Any other
+    (:func:`fastspec.hf.models.parse_ngram_spec`: ``"ngram"``, ``"ngramMIN-MAX"``, ``"ngram.vllm"``, ...).  Any other
     string is an InvalidInput."""
     if isinstance(draft, NgramProposer):
         return draft
@@ -311,9 +311,10 @@ def as_ngram(draft) -> NgramProposer | None:
         try:
             proposer = parse_ngram_spec(draft)
         except InvalidInput as exc:
-            raise InvalidInput(str(exc) if repr(draft) in str(exc) else f"draft {draft!r}: {exc}") from None
+            raise InvalidInput(str(exc) if shown(draft) in str(exc) else f"draft {shown(draft)}: {exc}") from None
         if proposer is None:
-            raise InvalidInput(f"draft {draft!r} is not a model nor an n-gram specification (ngram, ngramMIN-MAX); "
+            raise InvalidInput(f"draft {shown(draft)} is not a model nor an n-gram specification (ngram, "
+                               "ngramMIN-MAX, ngram.vllm, ngram.hf); "
                                "load models with fastspec.hf.load_model")
         return proposer
     return None

@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..errors import InvalidInput, InvalidType
+from ..errors import InvalidInput, InvalidType, shown
 from ..machine import available_cpus
 from ..io import check_draft_name
 from ..ngram import NgramProposer
@@ -31,7 +31,7 @@ __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer",
 
 _EXIT_RE = re.compile(r"^exit(\d+)$")
 _MODEL_KINDS = ("a local Hugging Face model directory, a .gguf file, or (drafts only) exitL for the target's first L "
-                "layers or ngram / ngramMIN-MAX for prompt lookup")
+                "layers or ngram / ngramMIN-MAX / ngram.vllm / ngram.hf for prompt lookup")
 
 
 def _split_spec(spec) -> tuple[str, dict]:
@@ -167,7 +167,8 @@ def check_vocab_size(target, draft, name: str = "draft") -> None:
 
 def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
     """{name: MODEL} from a mapping, or from ``NAME=MODEL`` / ``MODEL`` strings (the name of a bare MODEL is
-    ``exitL`` itself, ``ngram`` / ``ngramMIN-MAX`` (``ngram:MIN-MAX`` is named ``ngramMIN-MAX``), or the file /
+    ``exitL`` itself, ``ngram`` / ``ngramMIN-MAX`` (``ngram:MIN-MAX`` is named ``ngramMIN-MAX``; a named rule
+    by :func:`fastspec.simulation.ngram.ngram_name`, e.g. ``ngram.vllm`` -> ``ngram.vllm5-5``), or the file /
     directory name without extension).  Names follow
     :func:`fastspec.io.check_draft_name` and must be distinct; an ``ngram...`` MODEL must parse
     (:func:`parse_ngram_spec`)."""
@@ -197,15 +198,16 @@ def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, st
         try:  # an ngram... spec that does not parse is refused here, before any model loads
             parse_ngram_spec(spec)
         except InvalidInput as exc:
-            raise InvalidInput(str(exc) if repr(spec) in str(exc) else f"draft {spec!r}: {exc}") from None
+            raise InvalidInput(str(exc) if shown(spec) in str(exc) else f"draft {shown(spec)}: {exc}") from None
         out[name] = spec
     return out
 
 
 def parse_ngram_spec(spec: str) -> NgramProposer | None:
-    """The prompt-lookup proposer (:mod:`fastspec.ngram`, latest occurrence) of ``ngram`` (n-grams of 1..3
-    tokens) or ``ngramMIN-MAX`` (also ``ngram:MIN-MAX``, ``ngram[MIN-MAX]``): the simulator's parser
-    (:func:`fastspec.simulate.ngram.parse_ngram_draft`); None when ``spec`` does not start with
+    """The prompt-lookup proposer (:mod:`fastspec.ngram`) of ``ngram`` (n-grams of 1..3 tokens, latest
+    occurrence), ``ngramMIN-MAX`` (also ``ngram:MIN-MAX``, ``ngram[MIN-MAX]``) or a named rule (``ngram.vllm``,
+    ``ngram.vllmMIN-MAX``, ``ngram.hf``, ``ngram.hfMAX``; the table in :mod:`fastspec.ngram`): the simulator's
+    parser (:func:`fastspec.simulation.ngram.parse_ngram_draft`); None when ``spec`` does not start with
     ``ngram``.  Its ``k`` is the largest draft length (:data:`fastspec.hf.args.MAX_K`): a loop proposing d tokens
     takes the first d (``dataclasses.replace(p, k=d)`` gives the same tokens)."""
     from ..simulation.ngram import parse_ngram_draft
@@ -222,7 +224,9 @@ def _bare_name(spec: str) -> str:
     except InvalidInput:  # refused with its message when the specifications are checked
         return "ngram"
     if ngram is not None:
-        return "ngram" if spec.strip() == "ngram" else f"ngram{ngram.min_n}-{ngram.max_n}"
+        from ..simulation.ngram import ngram_name
+
+        return "ngram" if spec.strip() == "ngram" else ngram_name(ngram)
     return os.path.splitext(os.path.basename(spec.rstrip("/")))[0]
 
 

@@ -56,21 +56,22 @@ from typing import Callable
 import numpy as np
 
 from ..acceptance import alpha_summary, resolve_sampling
-from ..config import AGREEMENT_FALSE_ALARM, AGREEMENT_Z
+from ..config import AGREEMENT_FALSE_ALARM, AGREEMENT_Z  # AGREEMENT_Z: deprecated, unused (fastspec.config)
 from ..errors import InvalidInput, InvalidType
 from ..stats import batch_means_ci
 from ..methods import VERIFICATION_METHODS
-from .config import MODES, SIMULATED_SAMPLING, SimulateConfig, parse_k_list
+from .config import DRAFT_SAMPLING, MODES, SIMULATED_SAMPLING, SimulateConfig, parse_k_list
 from .costs import CostModel, VerifyCost
 from .rows import Context, ngram_rows, token_row, variant_row
-from .ngram import NGRAM_ASSUMPTION, ngram_name, parse_ngram_draft
-from .results import (ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
+from .argmax import argmax_acceptance
+from .ngram import NGRAM_ASSUMPTION, NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
+from .results import (ARGMAX_ASSUMPTION, ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
                       SimulationResult, sampling_warnings)
 from .speedup import FlagPricing, TablePricing, best_overall, best_per_draft, verdict
 
 __all__ = ["simulate", "SimulateConfig", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult", "SimulationResult",
            "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "AGREEMENT_Z", "VERIFY_METHODS",
-           "SIMULATED_SAMPLING"]
+           "SIMULATED_SAMPLING", "DRAFT_SAMPLING"]
 
 #: the verification methods the simulator replays: the registry's (:data:`fastspec.methods.VERIFICATION_METHODS`)
 VERIFY_METHODS = tuple(VERIFICATION_METHODS)
@@ -95,14 +96,14 @@ def _split_drafts(d, wanted, ks):
                                "simulate: dump with a draft (--draft), or record the prompt tokens for an n-gram draft")
     models, ngrams = [], {}
     for name in wanted:
-        if name in d.drafts:
+        if isinstance(name, str) and name in d.drafts:
             models.append(name)
             continue
         proposer = parse_ngram_draft(name, max(ks))
         if proposer is None:
             have = ", ".join(d.drafts) if d.drafts else "none (a target-only dump)"
             raise InvalidInput(f"{d.path}: no draft named {name!r}; the dump's draft models: {have}; an n-gram draft "
-                               "is written ngram or ngramMIN-MAX")
+                               f"is written {NGRAM_GRAMMAR}")
         ngrams[ngram_name(proposer)] = proposer
     return tuple(models), ngrams
 
@@ -137,10 +138,15 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
     forward relative to one target forward) and ``verify_cost`` (:meth:`VerifyCost.parse`) define a relative
     cost model and override ``costs``: a :class:`fastspec.costs.CostTable` of measured seconds (or its JSON
     mapping, or a path); ``costs=None`` takes the dump's recorded table when it has one, ``costs=False`` none.
-    Without any, ``speedup`` is None.  A draft named ``ngram`` or ``ngramMIN-MAX`` is the prompt-lookup
-    proposer, replayed from the dump's prompt and generated tokens (:mod:`fastspec.simulation.ngram`); a
-    target-only dump with prompt tokens simulates it by default.  ``client``: a ``dask.distributed.Client`` for
-    the alpha pass.
+    Without any, ``speedup`` is None.  A draft named ``ngram``, ``ngramMIN-MAX``, ``ngram.vllm``, ``ngram.hf``
+    ... (the grammar in :mod:`fastspec.ngram`), or an :class:`fastspec.ngram.NgramProposer` (its own ``k`` is
+    replaced by each simulated k), is the prompt-lookup proposer, replayed from the dump's prompt and generated
+    tokens (:mod:`fastspec.simulation.ngram`); a target-only dump with prompt tokens simulates ``ngram`` by default.
+    ``draft_sampling``: "sampled" (default: drafts x ~ q, judged with q) or "argmax" (each model draft proposes
+    its top-1 token, judged with a one-hot q, as vLLM V1: acceptance p_t(argmax q_t);
+    :mod:`fastspec.simulation.argmax`); with w candidates, argmax drafts are the top-w draft tokens (the same as
+    ``candidate_sampling="deterministic"``, which implies argmax drafts at every w).  ``client``: a
+    ``dask.distributed.Client`` for the alpha pass.
     ``verify``, ``candidates``, ``candidate_sampling``, ``block_trials`` (2 to 10**7 replays per sequence):
     verification variants reported side by side.  ``progress_total(n)`` is called once with the units of work
     and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row, an n-gram draft
@@ -161,7 +167,7 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
     ks, variant_list, mode = config.ks, config.variant_list, config.mode
     trials, batches, seed, bt = config.trials, config.batches, config.seed_value, config.block_trials
     pricing, wanted, costs = config.pricing, config.draft_list, config.costs
-    candidate_sampling = config.candidate_sampling
+    candidate_sampling, draft_mode = config.candidate_mode, config.draft_mode
     progress, progress_total = _check_callback("progress", progress), _check_callback("progress_total", progress_total)
     d, own = _open(dump, client, verify_integrity)
     try:
@@ -175,6 +181,8 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
         extra = [v for v in variant_list if v != ("token", 1)]
         if extra and ngrams and not names:
             raise InvalidInput(_ngram_variants_message(extra, ngrams, refused=True))
+        if draft_mode == "argmax" and ngrams and not names:
+            raise InvalidInput(_ngram_argmax_message(ngrams, refused=True))
         if extra and d.kind != "dense":
             what = " and ".join(sorted({"block verification" if v == "block" else "candidates > 1" for v, _ in extra}))
             raise InvalidInput(f"{d.path}: {what} needs the full target and draft distributions (dense logits); "
@@ -197,7 +205,8 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
                   "seed": int(seed), "draft_cost": flags.draft_cost if flags else None,
                   "verify_cost": flags.verify.describe() if flags else None,
                   "costs": pricing.describe() if pricing is not None else None, "sequences": int(d.N),
-                  "positions": int(lengths.sum()), "vocab_size": d.V, "dump_kind": d.kind}
+                  "positions": int(lengths.sum()), "vocab_size": d.V, "dump_kind": d.kind,
+                  "draft_sampling": draft_mode}
         if ngrams:
             config["ngram"] = {n: p.as_dict() for n, p in ngrams.items()}
         if extra:
@@ -205,11 +214,13 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
             config["candidate_sampling"] = candidate_sampling
             config["block_trials"] = bt if ("block", 1) in variant_list else None
         ctx = Context(d, lengths, row_ids, mode, trials, batches, seed, pricing, sp, progress, bt,
-                       candidate_sampling)
+                       candidate_sampling, draft_mode)
         results: list[DraftKResult] = []
         summaries = {}
         for name in names:
             acc = accs[name]
+            if draft_mode == "argmax":  # p_t(argmax q_t) replaces alpha_t (fastspec.simulation.argmax)
+                acc = argmax_acceptance(d, name, sp, acc)
             summaries[name] = (alpha_summary(acc.alpha, acc.valid) if acc.exact else
                                {"lower": alpha_summary(acc.lower, acc.valid),
                                 "upper": alpha_summary(acc.upper, acc.valid)})
@@ -233,6 +244,10 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
                     + _pricing_warnings(pricing, results, list(names) + list(ngrams)))
         if extra and ngrams:
             warnings.append(_ngram_variants_message(extra, ngrams, refused=False))
+        if draft_mode == "argmax" and ngrams:
+            warnings.append(_ngram_argmax_message(ngrams, refused=False))
+        if draft_mode == "argmax" and names:
+            assumptions.append(ARGMAX_ASSUMPTION)
         if isinstance(pricing, TablePricing) and pricing.source == "dump" and d.costs_differ:
             warnings.append("the shards recorded different cost tables (measured apart), or some recorded none; the "
                             "first recorded table is used: give one table with --costs to choose")
@@ -253,6 +268,17 @@ def _ngram_variants_message(extra, ngrams, refused: bool) -> str:
                 "position, verified token by token; drop --verify block / --candidates, or add a model draft")
     return (f"{what} apply to the model drafts only: the n-gram draft {which} is verified token by token with one "
             "candidate (its rows are token rows)")
+
+
+def _ngram_argmax_message(ngrams, refused: bool) -> str:
+    """An n-gram proposal is deterministic already: argmax drafts are a mode of model drafts."""
+    which = ", ".join(ngrams)
+    if refused:
+        return (f"argmax drafts (--draft-sampling argmax, or deterministic candidates) apply to model drafts: the "
+                f"n-gram draft {which} is a deterministic proposal judged with a one-hot q already; drop the flag, "
+                "or add a model draft")
+    return (f"argmax drafts apply to the model drafts only: the n-gram draft {which} is its own deterministic "
+            "proposal (judged with a one-hot q either way)")
 
 
 def _interval_warnings(results) -> list[str]:

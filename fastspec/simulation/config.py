@@ -16,10 +16,13 @@ from ..errors import InvalidInput, InvalidType
 from ..methods import check_candidate_sampling, check_method
 from ..params import NAMES as SAMPLING_NAMES, SamplingParams, _scalar, format_value
 
-__all__ = ["parse_k_list", "MODES", "variants", "block_trials", "check_mode", "check_trials", "SimulateConfig"]
+__all__ = ["parse_k_list", "MODES", "DRAFT_SAMPLING", "variants", "draft_modes", "block_trials", "check_mode",
+           "check_trials", "SimulateConfig"]
 
 MODES = ("bernoulli", "token")
 SIMULATED_SAMPLING = ("iid", "deterministic")
+#: how a model draft proposes: sampled from q (judged with q), or its argmax (judged with a one-hot q, as vLLM V1)
+DRAFT_SAMPLING = ("sampled", "argmax")
 
 
 def parse_k_list(spec) -> list[int]:
@@ -97,7 +100,8 @@ def variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:
     why = (" (without replacement the per-position acceptance depends on which candidates were drawn; it is "
            "supported by fastspec.verify_tree_probs and fastspec.exact, not by the simulator)"
            if candidate_sampling == "without_replacement" else "")
-    check_candidate_sampling(candidate_sampling, SIMULATED_SAMPLING, why=why)
+    if candidate_sampling is not None:
+        check_candidate_sampling(candidate_sampling, SIMULATED_SAMPLING, why=why)
     out = [(m, w) for m in methods for w in sorted(set(ws)) if not (m == "block" and w > 1)]
     if not out:
         raise InvalidInput("block verification judges one candidate per position: use candidates 1 with block "
@@ -149,10 +153,38 @@ def draft_names(drafts):
         items = list(drafts)
     except TypeError:
         raise InvalidType(f"drafts must be a draft name or a list of names, got {type(drafts).__name__}") from None
+    from ..ngram import NgramProposer
+
     for name in items:
-        if not isinstance(name, str):
-            raise InvalidType(f"drafts must be draft names (strings), got {type(name).__name__} {format_value(name)}")
+        if not isinstance(name, (str, NgramProposer)):
+            raise InvalidType(f"drafts must be draft names (strings) or fastspec.ngram.NgramProposer objects, got "
+                              f"{type(name).__name__} {format_value(name)}")
     return tuple(dict.fromkeys(items)) or None
+
+
+def draft_modes(draft_sampling, candidate_sampling) -> tuple[str, str]:
+    """(draft mode, candidate sampling) resolved: ``draft_sampling`` "sampled" (drafts x ~ q, judged with q) or
+    "argmax" (the draft's top-1 token, judged with a one-hot q: vLLM V1), ``candidate_sampling`` "iid" or
+    "deterministic" (the top-w draft tokens as point masses).  Deterministic candidates *are* argmax drafts (w = 1:
+    the top-1), so either one implies the other; None: the other's counterpart (both None: sampled, iid).  Given
+    both and contradictory (argmax with iid, sampled with deterministic): InvalidInput."""
+    if draft_sampling is not None and (not isinstance(draft_sampling, str) or draft_sampling not in DRAFT_SAMPLING):
+        raise InvalidInput(f"draft_sampling {format_value(draft_sampling)} is unknown; choose one of: "
+                           f"{', '.join(DRAFT_SAMPLING)}")
+    if candidate_sampling is not None:
+        why = (" (without replacement the per-position acceptance depends on which candidates were drawn; it is "
+               "supported by fastspec.verify_tree_probs and fastspec.exact, not by the simulator)"
+               if candidate_sampling == "without_replacement" else "")
+        check_candidate_sampling(candidate_sampling, SIMULATED_SAMPLING, why=why)
+    implied = {"iid": "sampled", "deterministic": "argmax"}
+    if draft_sampling is None:
+        draft_sampling = implied.get(candidate_sampling, "sampled")
+    want = "deterministic" if draft_sampling == "argmax" else "iid"
+    if candidate_sampling is not None and candidate_sampling != want:
+        raise InvalidInput(f"draft_sampling {draft_sampling!r} and candidate_sampling {candidate_sampling!r} "
+                           "contradict each other: deterministic candidates are the top-w draft tokens (argmax "
+                           "drafts), i.i.d. candidates are sampled from q; give one of them")
+    return draft_sampling, want
 
 
 def sampling_overrides(sampling) -> dict:
@@ -222,11 +254,14 @@ class SimulateConfig:
     The fields are :func:`fastspec.simulate`'s settings (its docstring): ``k``, ``drafts``, ``sampling`` (None:
     the dump's recorded settings; a :class:`fastspec.params.SamplingParams`; or a mapping of some of
     ``temperature``, ``top_k``, ``top_p``, ``min_p``), ``mode``, ``trials``, ``seed``, ``batches``,
-    ``draft_cost``, ``verify_cost``, ``costs``, ``verify``, ``candidates``, ``candidate_sampling`` and
-    ``block_trials``.  The validated forms are attributes: ``ks`` (sorted draft lengths), ``variant_list``
+    ``draft_cost``, ``verify_cost``, ``costs``, ``verify``, ``candidates``, ``candidate_sampling`` (None: "iid",
+    or "deterministic" with argmax drafts), ``block_trials`` and ``draft_sampling`` ("sampled" or "argmax"; None:
+    "argmax" with deterministic candidates, else "sampled"; :func:`draft_modes`).  The validated forms are
+    attributes: ``ks`` (sorted draft lengths), ``variant_list``
     (``[(verify, candidates)]``), ``trials`` / ``batches`` / ``block_trials`` (rounded to whole batches),
     ``seed_value`` (the seed's 64 bits), ``draft_list`` (names or None), ``overrides`` (the explicit sampling
-    settings) and ``pricing`` (relative flags or a given cost table; None: the dump's recorded table, if any).
+    settings), ``pricing`` (relative flags or a given cost table; None: the dump's recorded table, if any),
+    ``draft_mode`` and ``candidate_mode`` (the resolved draft and candidate sampling).
     A new simulator setting is one new field here (with its check in ``__post_init__``).
     """
 
@@ -242,14 +277,17 @@ class SimulateConfig:
     costs: Any = None
     verify: Any = "token"
     candidates: Any = 1
-    candidate_sampling: str = "iid"
+    candidate_sampling: str | None = None
     block_trials: int | None = None
+    draft_sampling: str | None = None
     ks: list = field(init=False, repr=False, compare=False)
     variant_list: list = field(init=False, repr=False, compare=False)
     seed_value: int = field(init=False, repr=False, compare=False)
     draft_list: Any = field(init=False, repr=False, compare=False)
     overrides: dict = field(init=False, repr=False, compare=False)
     pricing: Any = field(init=False, repr=False, compare=False)
+    draft_mode: str = field(init=False, repr=False, compare=False)
+    candidate_mode: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         put = object.__setattr__
@@ -264,6 +302,13 @@ class SimulateConfig:
         put(self, "pricing", _pricing(self.draft_cost, self.verify_cost, self.costs, self.ks))
         put(self, "draft_list", draft_names(self.drafts))
         put(self, "overrides", sampling_overrides(self.sampling))
+        draft_mode, candidate_mode = draft_modes(self.draft_sampling, self.candidate_sampling)
+        put(self, "draft_mode", draft_mode)
+        put(self, "candidate_mode", candidate_mode)
+        if draft_mode == "argmax" and any(v == "block" for v, _ in self.variant_list):
+            raise InvalidInput("block verification with argmax drafts is not simulated: its acceptance with a one-hot "
+                               "q is not derived here; use token verification (--verify token) with argmax drafts, "
+                               "or sampled drafts with block verification")
 
     @classmethod
     def from_kwargs(cls, *, temperature=None, top_k=None, top_p=None, min_p=None, **settings) -> "SimulateConfig":

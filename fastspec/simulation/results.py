@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["DraftKResult", "SimulationResult", "ASSUMPTIONS", "VARIANT_ASSUMPTIONS", "BLOCK_EXACT_REASON",
+           "ARGMAX_ASSUMPTION",
            "SPEEDUP_ASSUMPTIONS", "RESULT_KINDS", "SECTIONS"]
 
 #: what a row (:attr:`DraftKResult.kind`) is, and the sections (:data:`SECTIONS`) it fills; a new kind of row (a
@@ -90,6 +91,9 @@ class DraftKResult:
     off_record: float | None = None
     #: what the row is: a key of RESULT_KINDS ("model", "bounds", "candidates", "block", "ngram")
     kind: str = "model"
+    #: how a model draft proposed: "sampled" (x ~ q, judged with q) or "argmax" (its top-1 token / top-w
+    #: candidates, judged with a one-hot q: vLLM V1); None for the n-gram draft (a deterministic proposal itself)
+    draft_sampling: str | None = None
 
     @property
     def sections(self) -> tuple[str, ...]:
@@ -173,6 +177,12 @@ VARIANT_ASSUMPTIONS = {
     "block": "block verification: real drafted tokens (x ~ q_t) through verify_logits(method='block') along the "
     "recorded contexts; Monte-Carlo only (no exact expectation, see exact_reason)",
 }
+
+#: the assumption line of a simulation with argmax drafts (fastspec.simulation.argmax)
+ARGMAX_ASSUMPTION = ("argmax drafts: each model draft proposes its top-1 token (lowest id among ties; w candidates: "
+                     "its top-w tokens), judged with a one-hot q as vLLM V1 does, so position t accepts with "
+                     "p_t(argmax q_t) (processed p) in place of sum_v min(p_t, q_t); token mode drafts the argmax and "
+                     "verifies with draft_logits=None; equal to greedy drafts at temperature 0")
 
 BLOCK_EXACT_REASON = ("block verification's acceptance depends on the joint law of the drafted tokens' ratio chain "
                       "w_i = min(w_{i-1} p(x_i)/q(x_i), 1), not on per-position summaries: no exact expectation is "

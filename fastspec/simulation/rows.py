@@ -19,10 +19,12 @@ class Context:
     """What every (draft, k) row of one simulation shares."""
 
     def __init__(self, d, lengths, row_ids, mode, trials, batches, seed, cost, sp, progress, block_trials,
-                 candidate_sampling):
+                 candidate_sampling, draft_mode="sampled"):
         self.d, self.lengths, self.row_ids, self.mode = d, lengths, row_ids, mode
         self.trials, self.batches, self.seed, self.cost, self.sp = trials, batches, seed, cost, sp
         self.progress, self.block_trials, self.candidate_sampling = progress, block_trials, candidate_sampling
+        #: "sampled" or "argmax" (fastspec.simulation.argmax): how a model draft proposes, and how it is judged
+        self.draft_mode = draft_mode
 
     def tick(self, n=1):
         if self.progress is not None:
@@ -86,7 +88,8 @@ def token_row(ctx, name, acc, k) -> DraftKResult:
             draft_acceptance_rate=None, per_position_acceptance=None, accepted_length_histogram=None, speedup=None,
             alpha_lower=float(acc.lower[valid].mean()), alpha_upper=float(acc.upper[valid].mean()),
             mean_acceptance_length_lower=lo.mean_acceptance_length,
-            mean_acceptance_length_upper=hi.mean_acceptance_length, ci95_sequences=seq_ci, kind="bounds")
+            mean_acceptance_length_upper=hi.mean_acceptance_length, ci95_sequences=seq_ci, kind="bounds",
+            draft_sampling=ctx.draft_mode)
         if pricing is not None:
             a_lo, a_hi = _all_accepted(lo, k), _all_accepted(hi, k)
             res.speedup_lower = pricing.speedup(name, lo.mean_acceptance_length, k, a_lo)
@@ -102,7 +105,8 @@ def token_row(ctx, name, acc, k) -> DraftKResult:
         mc = runners.bernoulli(alpha, ctx.lengths, ctx.row_ids, k, ctx.trials, ctx.batches, ctx.seed,
                                progress=ctx.progress)
     else:
-        mc = runners.token_replay(ctx.d, name, alpha, k, ctx.trials, ctx.batches, ctx.seed, ctx.sp, ctx.progress)
+        mc = runners.token_replay(ctx.d, name, alpha, k, ctx.trials, ctx.batches, ctx.seed, ctx.sp, ctx.progress,
+                                  argmax=ctx.draft_mode == "argmax")
     est, se, half = _interval(mc, alpha, valid, ex.mean_acceptance_length)
     z, bound, agrees = _agreement(mc, est, se, ex.mean_acceptance_length)
     a_mean = float(alpha[valid].mean())
@@ -113,6 +117,7 @@ def token_row(ctx, name, acc, k) -> DraftKResult:
     s = pricing.speedup(name, ex.mean_acceptance_length, k, p_all) if pricing else None
     return DraftKResult(
         draft=name, k=k, alpha=a_mean, mean_acceptance_length_exact=ex.mean_acceptance_length,
+        draft_sampling=ctx.draft_mode,
         speedup=s, mc_vs_exact_z=z, mc_agrees_with_exact=agrees, mc_vs_exact_threshold=bound,
         draft_acceptance_rate_exact=ex.draft_acceptance_rate,
         per_position_acceptance_exact=ex.per_position_acceptance.tolist(),
@@ -139,7 +144,7 @@ def variant_row(ctx, name, acc, k, verify, w, betas) -> DraftKResult:
         if w not in betas:
             betas[w] = runners.candidate_beta(ctx.d, name, ctx.sp, w, ctx.candidate_sampling, acc.valid)
         beta_ctx = Context(ctx.d, ctx.lengths, ctx.row_ids, "bernoulli", ctx.trials, ctx.batches, ctx.seed, None,
-                            ctx.sp, ctx.progress, ctx.block_trials, ctx.candidate_sampling)
+                            ctx.sp, ctx.progress, ctx.block_trials, ctx.candidate_sampling, ctx.draft_mode)
         res = token_row(beta_ctx, name, DraftAcceptance(name, acc.valid, alpha=betas[w]), k)
         res.verify, res.candidates, res.candidate_sampling, res.kind = "token", w, ctx.candidate_sampling, "candidates"
         res.mc_method = f"bernoulli replay of beta_t({w}) (exact per-position acceptance of {w} candidates)"
@@ -158,6 +163,7 @@ def variant_row(ctx, name, acc, k, verify, w, betas) -> DraftKResult:
     # no exact figure to compare with; the token-verification row of the same (draft, k) is the reference
     return DraftKResult(
         draft=name, k=k, alpha=float(acc.alpha[acc.valid].mean()), mean_acceptance_length_exact=None,
+        draft_sampling=ctx.draft_mode,
         speedup=(pricing.speedup(name, float(est), k, float(mc["hist"][k] / max(int(mc["steps"].sum()), 1)))
                  if pricing else None), verify="block", candidates=1, kind="block",
         exact_reason=BLOCK_EXACT_REASON,

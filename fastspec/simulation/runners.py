@@ -76,15 +76,19 @@ def _draft_tokens(rows, u, sp):
 
 
 def token_replay(dump, draft, alpha, k, trials, batches, seed, sp, progress=None, method="token", *,
-                 lanes=TOKEN_REPLAY_LANES):
+                 lanes=TOKEN_REPLAY_LANES, argmax=False):
     """Replay with real tokens through :func:`fastspec.verify_logits`, in lockstep groups of at most ``lanes``
     (sequence, trial) replays (scratch is O(lanes + chunk) whatever ``trials``; ``progress(n)`` as n replays
     finish).  Groups do not change results: every random number is keyed by (seed, row, trial, position) and
     every total is a sum of integers (the expected acceptance is summed from per-position counts).
 
     Drafts are sampled from q_t; token verification keys them by position (a position is judged at most once),
-    block verification by step (it depends on every drafted token of the block)."""
-    rep = _TokenReplay(dump, k, batches, seed, sp, method, progress)
+    block verification by step (it depends on every drafted token of the block).  ``argmax``: the drafts are the
+    draft's argmax tokens (lowest id among ties), verified with a one-hot q (``draft_logits=None``); ``alpha``
+    is then p_t(argmax q_t) (:mod:`fastspec.simulation.argmax`)."""
+    if argmax and method != "token":
+        raise ValueError("argmax drafts are replayed with token verification only")
+    rep = _TokenReplay(dump, k, batches, seed, sp, method, progress, argmax)
     judged_alpha = judged_var = 0.0
     for n0, n1, tgt, drf in iter_sequences(dump, draft):
         m = n1 - n0
@@ -113,9 +117,10 @@ def token_replay(dump, draft, alpha, k, trials, batches, seed, sp, progress=None
 class _TokenReplay:
     """The counters of one token-mode replay, and the lockstep advance of a group of (sequence, trial) replays."""
 
-    def __init__(self, dump, k, batches, seed, sp, method, progress):
+    def __init__(self, dump, k, batches, seed, sp, method, progress, argmax=False):
         from ..verify import verify_logits
 
+        self.argmax = argmax
         self.verify_logits, self.lengths = verify_logits, dump.lengths
         self.k, self.batches, self.seed, self.sp, self.method = k, batches, int(seed), sp, method
         self.progress = progress
@@ -153,14 +158,18 @@ class _TokenReplay:
         target_rows = tgt[seq[:, None], tpos]  # [R, kmax+1, V]
         draft_rows = drf[seq[:, None], tpos[:, :kmax]]  # [R, kmax, V]
         seeds = R.step_seeds(self.seed, gid, trial, starts)
-        if self.method == "block":
-            u = R.step_draft_uniforms(seeds, kmax)
+        if self.argmax:  # the draft's top-1 (np.argmax: the lowest id among ties), judged with a one-hot q
+            x = np.argmax(draft_rows, axis=-1).astype(np.int64)
         else:
-            u = R.position_draft_uniforms(self.seed, gid, trial, starts, kmax)
-        x = _draft_tokens(draft_rows.reshape(-1, draft_rows.shape[-1]), u.reshape(-1), self.sp)
+            if self.method == "block":
+                u = R.step_draft_uniforms(seeds, kmax)
+            else:
+                u = R.position_draft_uniforms(self.seed, gid, trial, starts, kmax)
+            x = _draft_tokens(draft_rows.reshape(-1, draft_rows.shape[-1]), u.reshape(-1), self.sp)
         x = np.where(offs[None, :kmax] < kr[:, None], x.reshape(len(seq), kmax), -1)
         sp = self.sp
-        res = self.verify_logits(target_rows, draft_rows, x, num_draft=kr, temperature=sp.temperature,
+        res = self.verify_logits(target_rows, None if self.argmax else draft_rows, x, num_draft=kr,
+                                 temperature=sp.temperature,
                                  top_k=sp.top_k, top_p=sp.top_p, min_p=sp.min_p, seed=seeds, method=self.method)
         acc = res.num_accepted
         b = trial % self.batches
