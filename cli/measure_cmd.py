@@ -17,7 +17,9 @@ from ._app import app
 
 DRAFT_HELP = ("NAME=MODEL (repeatable); MODEL: directory, .gguf file, exitL (the target's first L layers), or an "
               "n-gram prompt-lookup draft: ngram (n-grams of 1 to 3 tokens) or ngramMIN-MAX (also ngram:MIN-MAX), "
-              "named so.")
+              "fastspec's rule (latest occurrence); ngram.vllm / ngram.vllmN / ngram.vllmMIN-MAX (vLLM's rule: "
+              "earliest occurrence, n 5-5 by default); ngram.hf / ngram.hfMAX (Hugging Face prompt lookup: earliest, "
+              "n 1-2 by default); a bare one is named by its rule and bounds (ngram.vllm5-5).")
 
 
 def _fmt_ci(d: Optional[dict], digits: int = 2) -> str:
@@ -64,12 +66,45 @@ def measure_command(
                                          "(simulate's bounds)."),
     threads: Optional[int] = typer.Option(None, "--threads", help=f"torch threads, {THREADS_HELP} (default "
                                           "min(2, cores))."),
+    engine: str = typer.Option("fastspec", "--engine", help="Whose speculative decoding is measured: fastspec (its "
+                               "own loop, torch) or vllm (vLLM's offline engine, in its own environment: "
+                               "--vllm-python; drafts are model directories or ngram.vllm...; needs --ignore-eos)."),
+    vllm_python: Optional[str] = typer.Option(None, "--vllm-python", metavar="PYTHON", help="The Python of vLLM's "
+                                              "environment (default $FASTSPEC_VLLM_PYTHON; scripts/vllm_env.sh "
+                                              "makes one)."),
+    draft_sample_method: Optional[str] = typer.Option(None, "--draft-sample-method", metavar="HOW", help="vLLM's "
+                                                      "draft_sample_method: greedy (its default: argmax drafts, a "
+                                                      "one-hot q) or probabilistic (drafts sampled from q)."),
+    runs_dir: Optional[str] = typer.Option(None, "--runs-dir", metavar="DIR", help="With --engine vllm: keep each "
+                                           "run's token ids and counters there (JSON; audit them with "
+                                           "fastspec audit-output)."),
+    audit: bool = typer.Option(True, "--audit/--no-audit", help="With --engine vllm: audit every run's tokens "
+                               "against the target's distribution (fastspec.audit)."),
     as_json: bool = json_option(),
 ) -> None:
     """Measured tokens per verify step and wall-clock speed-up over plain decoding (95% CIs over prompts) per
-    (draft, k), next to the prediction from a dump and a cost table, with relative errors and z."""
+    (draft, k), next to the prediction from a dump and a cost table, with relative errors and z.  With --engine vllm:
+    vLLM's own counters against fastspec's exact prediction under vLLM's conventions, and the audit of its tokens."""
     ks = parse_k(k)
     params = sampling_params(temperature, top_k, top_p, min_p)
+    from ._engine_vllm import check_engine_flags, measure_vllm
+
+    check_engine_flags(engine, draft_sample_method=draft_sample_method, vllm_python=vllm_python, runs_dir=runs_dir,
+                       ignore_eos=ignore_eos, not_for_vllm={
+                           "--dump": dump is not None, "--save-dump": save_dump is not None,
+                           "--top-k-save": top_k_save is not None, "--costs": costs is not None,
+                           "--repeats": repeats != 1, "--trials": trials is not None,
+                           "--threads": threads is not None, "--no-hf-generate": not hf_generate,
+                           "--cost-repeats": cost_repeats != 20})
+    if engine == "vllm":
+        check_range("--max-new-tokens", max_new_tokens, 1, 1 << 20, "tokens")
+        if not os.path.isfile(prompts):
+            fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
+        measure_vllm(target=target, draft=draft, prompts=prompts, ks=ks, params=params,
+                     max_new_tokens=max_new_tokens, seed=seed, max_prompts=max_prompts,
+                     draft_sample_method=draft_sample_method, vllm_python=vllm_python, runs_dir=runs_dir,
+                     audit=audit, as_json=as_json, progress=lambda msg: stderr_console().print(msg))
+        return
     if dump is not None and not os.path.exists(dump):
         fail(f"--dump {dump}: no such file or directory")
     if dump is not None and (save_dump is not None or top_k_save is not None):

@@ -16,7 +16,9 @@ from .acceptance import DraftAcceptance, acceptance_bounds, acceptance_rates, du
 from .analysis import SpecStats, expected_speedup, expected_tokens_closed_form, expected_tokens_per_step, optimal_k
 from .candidates import (TreeVerifyResult, candidate_acceptance, parent_from_siblings, verify_tree_logits,
                          verify_tree_probs)
-from .errors import ClusterError, DumpFormatError, DumpNotFound, FastspecError, InvalidInput, InvalidType
+from .audit import AuditResult, OutputAudit, audit_output
+from .errors import (ClusterError, DumpFormatError, DumpNotFound, FastspecError, InvalidInput, InvalidType,
+                     MissingExtra)
 from .io import Dump, load_dump, save_dump
 from .ngram import NgramProposer
 from .params import SamplingParams
@@ -40,6 +42,9 @@ __all__ = [
     # dumps and simulation
     "load_dump", "save_dump", "Dump", "ShardedDump", "load_any", "simulate", "simulation", "SimulateConfig",
     "SimulationResult", "DraftKResult",
+    # auditing an engine's output (same distribution as the target's)
+    "audit_output", "OutputAudit", "AuditResult",
     # the exact path and errors
     "exact", "FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
+    "MissingExtra",
 ]

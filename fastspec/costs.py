@@ -314,34 +314,9 @@ class CostTable:
         in the same directory, flushed to disk, then renamed over ``path`` -- a reader (or a crash) never sees a
         half-written table, and a failure leaves ``path`` as it was (the temporary file is removed).  Returns
         ``path`` as a string."""
-        import tempfile
+        from .io.files import atomic_write_text
 
-        path = os.fspath(path)
-        parent = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(self.to_json() + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        try:  # the rename itself survives a power cut once the directory is synced (POSIX; not on Windows)
-            dfd = os.open(parent, os.O_RDONLY)
-        except OSError:
-            return path
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)
-        return path
+        return atomic_write_text(path, self.to_json() + "\n")
 
     def loop_cost(self, draft: str) -> "LoopCost":
         """The cost model of speculative decoding with ``draft`` (:class:`LoopCost`)."""

@@ -1,9 +1,9 @@
 """Shared test settings: hypothesis sized for a 2-core machine, and the fast development selection.
 
 ``python -m pytest`` runs the fast selection: everything but the tests marked ``slow``, ``hf`` (real or tiny
-transformer models), ``dask`` (a local cluster), ``subprocess`` (fresh Python processes) and ``statistical``
-(calibrated goodness-of-fit tests with many samples).  ``python -m pytest --all`` -- the README test command,
-which CI runs -- runs every test; an explicit ``-m EXPRESSION`` selects as usual.
+transformer models), ``dask`` (a local cluster), ``subprocess`` (fresh Python processes), ``statistical``
+(calibrated goodness-of-fit tests with many samples) and ``vllm`` (the real vLLM engine).  ``python -m pytest
+--all`` -- the README test command, which CI runs -- runs every test; an explicit ``-m EXPRESSION`` selects as usual.
 """
 from hypothesis import HealthCheck, settings
 
@@ -15,7 +15,9 @@ settings.register_profile(
 )
 settings.load_profile("fastspec")
 
-HEAVY = ("slow", "hf", "dask", "subprocess", "statistical")
+pytest_plugins = ["vllm_env"]  # the session fixture vllm_python (vLLM's own environment)
+
+HEAVY = ("slow", "hf", "dask", "subprocess", "statistical", "vllm")
 
 
 def pytest_addoption(parser):

@@ -20,7 +20,7 @@ import numpy as np
 
 from .format import format_error
 
-__all__ = ["REGULAR", "DIRECTORY", "MISSING", "entry_kind", "open_regular", "map_bytes"]
+__all__ = ["REGULAR", "DIRECTORY", "MISSING", "entry_kind", "open_regular", "map_bytes", "atomic_write_text"]
 
 REGULAR, DIRECTORY, MISSING = "a regular file", "a directory", "missing"
 _OTHER = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -82,3 +82,37 @@ def map_bytes(file: str, start: int, n: int, name: str) -> np.ndarray:
     finally:
         os.close(fd)
     return np.frombuffer(mm, np.uint8, n, start - base)
+
+
+def atomic_write_text(path, text: str) -> str:
+    """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same directory, flushed to disk,
+    then renamed over ``path`` -- a reader (or a crash) never sees a half-written file, and a failure leaves
+    ``path`` as it was (the temporary file is removed).  Returns ``path`` as a string."""
+    import tempfile
+
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # the rename itself survives a power cut once the directory is synced (POSIX; not on Windows)
+        dfd = os.open(parent, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+    return path
