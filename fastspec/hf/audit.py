@@ -16,47 +16,14 @@ import os
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-import torch
 
 from ..audit import (DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_GREEDY_TOLERANCE, DEFAULT_TAIL_TOLERANCE,
                      AuditResult, OutputAudit, TokenRecord, check_token_ids, read_token_file)
 from ..errors import InvalidInput
-from .runner import KVRunner
+from .teacher import teacher_forced_logit_chunks, vocab_size
 
 __all__ = ["teacher_forced_logit_chunks", "audit_model_output", "write_token_file", "read_token_file", "vocab_size",
            "check_context", "check_token_ids", "check_prompts_match", "TokenRecord"]
-
-#: a chunk of teacher-forced logits holds at most this many floats (64 MiB of float32)
-CHUNK_FLOATS = 1 << 24
-
-
-def vocab_size(model) -> int:
-    v = getattr(model.config, "vocab_size", None)
-    if v is None:
-        v = int(model.get_output_embeddings().weight.shape[0])
-    return int(v)
-
-
-@torch.inference_mode()
-def teacher_forced_logit_chunks(model, prompt_ids: Sequence[int], token_ids: Sequence[int], *,
-                                chunk: int | None = None):
-    """Yield ``(start, logits)``: float32 [n, V] logits of ``model`` at the positions that predicted
-    ``token_ids[start:start + n]`` given the prompt and the earlier emitted tokens, ``chunk`` positions at a time
-    (default: as many as fit in :data:`CHUNK_FLOATS` floats; one forward when they all fit)."""
-    prompt = [int(t) for t in prompt_ids]
-    cont = [int(t) for t in token_ids]
-    if not prompt:
-        raise InvalidInput("prompt_ids is empty: the first emitted token needs a context")
-    if not cont:
-        return
-    v = vocab_size(model)
-    step = int(chunk) if chunk else max(1, CHUNK_FLOATS // max(v, 1))
-    runner = KVRunner(model, use_cache=True)
-    runner.prefill(prompt[:-1])
-    for s in range(0, len(cont), step):
-        e = min(len(cont), s + step)
-        yield s, runner.logits(prompt + cont[:e - 1], e - s)
-
 
 def check_context(model, records: Sequence[TokenRecord], name: str = "tokens") -> None:
     """Every prompt + emitted tokens - 1 fits the model's ``max_position_embeddings`` (InvalidInput naming the

@@ -14,13 +14,47 @@ import numpy as np
 import torch
 
 from ..errors import InvalidInput
+from .runner import KVRunner
 
-__all__ = ["teacher_forced_logits", "TeacherCache"]
+__all__ = ["teacher_forced_logits", "teacher_forced_logit_chunks", "TeacherCache", "vocab_size", "CHUNK_FLOATS"]
+
+#: a chunk of teacher-forced logits holds at most this many floats (64 MiB of float32)
+CHUNK_FLOATS = 1 << 24
 
 
-@torch.no_grad()
+def vocab_size(model) -> int:
+    v = getattr(model.config, "vocab_size", None)
+    if v is None:
+        v = int(model.get_output_embeddings().weight.shape[0])
+    return int(v)
+
+
+@torch.inference_mode()
+def teacher_forced_logit_chunks(model, prompt_ids: Sequence[int], token_ids: Sequence[int], *,
+                                chunk: int | None = None):
+    """Yield ``(start, logits)``: float32 [n, V] logits of ``model`` at the positions that predicted
+    ``token_ids[start:start + n]`` given the prompt and the earlier emitted tokens, ``chunk`` positions at a time
+    (default: as many as fit in :data:`CHUNK_FLOATS` floats; one forward when they all fit)."""
+    prompt = [int(t) for t in prompt_ids]
+    cont = [int(t) for t in token_ids]
+    if not prompt:
+        raise InvalidInput("prompt_ids is empty: the first emitted token needs a context")
+    if not cont:
+        return
+    v = vocab_size(model)
+    step = int(chunk) if chunk else max(1, CHUNK_FLOATS // max(v, 1))
+    runner = KVRunner(model, use_cache=True)
+    runner.prefill(prompt[:-1])
+    for s in range(0, len(cont), step):
+        e = min(len(cont), s + step)
+        yield s, runner.logits(prompt + cont[:e - 1], e - s)
+
+
+
+
 def teacher_forced_logits(model, prompt_ids: Sequence[int], continuation: Sequence[int]) -> np.ndarray:
-    """float32 [len(continuation), V]: the logits that predicted each continuation token (module docstring)."""
+    """float32 [len(continuation), V]: the logits that predicted each continuation token (module docstring),
+    ids and positions checked first; one KV-cached pass (:func:`teacher_forced_logit_chunks`)."""
     prompt = [int(t) for t in prompt_ids]
     cont = [int(t) for t in continuation]
     if not prompt:
@@ -37,10 +71,8 @@ def teacher_forced_logits(model, prompt_ids: Sequence[int], continuation: Sequen
     if limit is not None and n > int(limit):
         raise InvalidInput(f"prompt + continuation need {n} positions, more than the model's "
                            f"max_position_embeddings {limit}")
-    ids = torch.tensor([prompt + cont[:-1]], dtype=torch.long)
-    out = model(input_ids=ids, use_cache=False)
-    logits = out.logits[0, len(prompt) - 1:, :]
-    return logits.to(torch.float32).numpy().copy()
+    return np.concatenate([np.asarray(lg, np.float32) for _, lg in
+                           teacher_forced_logit_chunks(model, prompt, cont, chunk=len(cont))])
 
 
 class TeacherCache:
