@@ -126,6 +126,11 @@ def load_any(path, *, client=None, threads_per_worker: int | None = None, retrie
     """
     path = os.fspath(path)
     sharded = is_sharded(path)
+    if client is not None and not sharded:
+        from .io.llamacpp import llamacpp_kind
+
+        if llamacpp_kind(path) is not None:
+            raise InvalidInput(f"{path}: llama.cpp base files are read on this machine; run without a scheduler")
     if sharded or client is not None:
         return ShardedDump(path if sharded else [path], client=client, threads_per_worker=threads_per_worker,
                            retries=retries, verify_integrity=verify_integrity)

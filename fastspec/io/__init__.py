@@ -52,9 +52,21 @@ cores), :mod:`~fastspec.io.structure` and :mod:`~fastspec.io.values` (the checks
 from __future__ import annotations
 
 from ..config import DEFAULT_CHUNK_BYTES
-from .dump import ArrayInfo, Chunk, Dump, DumpBase, load_dump
+from .dump import ArrayInfo, Chunk, Dump, DumpBase
+from .dump import load_dump as _load_dump
 from .format import DRAFT_NAME_PATTERN, check_draft_name
 from .save import save_dump
+
+
+def load_dump(path, *, validate: bool = False, max_bytes: int = DEFAULT_CHUNK_BYTES,
+              verify_integrity: bool = True):
+    """:func:`fastspec.io.dump.load_dump`, or for a llama.cpp ``--kl-divergence-base`` file or a JSON manifest of
+    such files, :func:`fastspec.io.llamacpp.load_llamacpp` (a :class:`~fastspec.io.llamacpp.LlamaCppDump`)."""
+    from .llamacpp import llamacpp_kind, load_llamacpp
+
+    if llamacpp_kind(path) is not None:
+        return load_llamacpp(path, validate=validate, max_bytes=max_bytes)
+    return _load_dump(path, validate=validate, max_bytes=max_bytes, verify_integrity=verify_integrity)
 
 __all__ = ["Dump", "DumpBase", "Chunk", "ArrayInfo", "load_dump", "save_dump", "DEFAULT_CHUNK_BYTES",
            "DRAFT_NAME_PATTERN", "check_draft_name"]
