@@ -1,0 +1,109 @@
+"""Dump throughput through vLLM's server (``fastspec dump-server``) against ``fastspec dump`` on the same CPU.
+
+    python benchmarks/bench_server_dump.py --target models/target --draft models/q4 \
+        [--prompts 12] [--max-new-tokens 128] [--vllm-python /work/vllm-venv/bin/python] [--concurrency 12]
+
+Starts one vLLM OpenAI-compatible server per model (``python -m vllm.entrypoints.openai.api_server``, float32,
+``--max-logprobs 20``, 127.0.0.1, free ports), waits until both answer, times
+:func:`fastspec.io.servers.dump_from_servers` (sample on the target, teacher-forced top-20 on both), stops the
+servers, then times :func:`fastspec.hf.dump_logits` (sparse top-20, ``costs=False``) on the same prompts with the
+models already loaded.  Prints both throughputs in generated tokens per second (continuation tokens / wall time,
+every model's rows included) and their ratio.  Server start-up and model loading are excluded from both.  Not a
+test: the figures depend on the machine and its load.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from fastspec.io.servers import HttpClient, ServerError, dump_from_servers
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(python, model, port, log):
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
+    return subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(port),
+                             "--host", "127.0.0.1", "--max-logprobs", "20", "--enforce-eager", "--dtype", "float32"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _wait(url, proc, limit_s=600):
+    c = HttpClient("server", url, retries=0, timeout=5)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        if proc.poll() is not None:
+            raise SystemExit(f"vLLM at {url} exited with {proc.returncode}")
+        try:
+            c.get("/v1/models")
+            return time.monotonic() - t0
+        except ServerError:
+            time.sleep(2)
+    raise SystemExit(f"vLLM at {url} not up after {limit_s} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--concurrency", type=int, default=12)
+    ap.add_argument("--vllm-python", default=os.environ.get("FASTSPEC_VLLM_PYTHON", "/work/vllm-venv/bin/python"))
+    ap.add_argument("--skip-hf", action="store_true", help="time the server dump only")
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    prompts = [[1] + [int(x) for x in rng.integers(100, 20000, int(n))] for n in rng.integers(8, 24, a.prompts)]
+    tokens = a.prompts * a.max_new_tokens
+    work = tempfile.mkdtemp(prefix="bench-server-dump-")
+    procs, urls = [], {}
+    try:
+        for name, model in (("target", a.target), ("draft", a.draft)):
+            port = _free_port()
+            log = open(os.path.join(work, f"{name}.log"), "w")  # noqa: SIM115 - closed with the process
+            procs.append((_start(a.vllm_python, model, port, log), log))
+            urls[name] = f"http://127.0.0.1:{port}"
+        for (proc, _log), url in zip(procs, urls.values(), strict=True):
+            print(f"{url} up after {_wait(url, proc):.0f} s", file=sys.stderr)
+        t0 = time.perf_counter()
+        dump_from_servers(os.path.join(work, "server.npz"), urls["target"], {"d": urls["draft"]}, prompts,
+                          max_new_tokens=a.max_new_tokens, ignore_eos=True, sampling={"temperature": 1.0}, seed=0,
+                          top_logprobs=20, concurrency=a.concurrency, timeout=600)
+        server_s = time.perf_counter() - t0
+    finally:
+        for proc, log in procs:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(60)
+            log.close()
+    print(f"server dump: {a.prompts} prompts x {a.max_new_tokens} tokens in {server_s:.1f} s = "
+          f"{tokens / server_s:.1f} tokens/s")
+    if a.skip_hf:
+        return
+    from fastspec import hf
+
+    target, draft = hf.load_model(a.target)[0], hf.load_model(a.draft)[0]
+    t0 = time.perf_counter()
+    hf.dump_logits(os.path.join(work, "hf.npz"), target, {"d": draft}, prompts, max_new_tokens=a.max_new_tokens,
+                   temperature=1.0, seed=0, ignore_eos=True, top_k_save=20, costs=False)
+    hf_s = time.perf_counter() - t0
+    print(f"fastspec dump: {tokens / hf_s:.1f} tokens/s ({hf_s:.1f} s); server / fastspec dump = "
+          f"{hf_s / server_s:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
