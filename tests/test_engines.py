@@ -323,3 +323,17 @@ def test_measure_engine_vllm_without_vllm_is_one_line_exit_1(tmp_path, monkeypat
     res = _measure(["--engine", "vllm", "--ignore-eos", "--draft", "ngram.vllm", "--vllm-python", sys.executable],
                    tmp_path)
     _one_line(res, 1, "cannot import vllm")
+
+
+def test_the_table_for_people_ends_with_the_verdict(monkeypatch, capsys):
+    from fastspec_cli import _engine_vllm
+
+    runs = []
+    _fake_vllm(monkeypatch, runs)
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    res = compare_vllm("target", [EngineDraft("d", "model", "draftA")], prompts, [2], sampling=SamplingParams(
+        temperature=0.0), seed=0, max_new_tokens=10, python="unused", teacher=_teacher)
+    _engine_vllm._render(res)
+    out = capsys.readouterr().out
+    assert "vLLM tokens/step" in out and "d k = 2: vLLM" in out
+    assert out.strip().splitlines()[-1].startswith("verdict: vLLM's counters agree")
