@@ -97,7 +97,7 @@ def test_bad_token_files(setup, monkeypatch):
     for i, (text, pattern) in enumerate(cases):
         _bad(setup, ["--tokens", _write(setup, f"bad{i}.jsonl", text)], pattern)
     big = _write(setup, "big.jsonl", ok + "\n")
-    monkeypatch.setattr("fastspec.audit.MAX_TOKEN_FILE_BYTES", 10)
+    monkeypatch.setattr("fastspec.io.tokens.MAX_TOKEN_FILE_BYTES", 10)
     _bad(setup, ["--tokens", big], "more than the 10 bytes")
 
 
