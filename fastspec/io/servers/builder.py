@@ -24,7 +24,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import threading
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -33,6 +32,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..files import atomic_write_text
 from ...errors import InvalidInput, check_int
 from ..format import check_draft_name
 from ..save import save_dump
@@ -114,23 +114,6 @@ def _check_prompts(prompts) -> list:
     return out
 
 
-def _atomic_write(path: str, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the side file private
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def union_bounds(p_ids, p_lps, p_extra, q_ids, q_lps, q_extra):
     """[lower, upper] of alpha = sum_v min(p, q) for one position when p is known on its top-k plus ``p_extra``
     ({id: logprob}) and q likewise; exact on every id known on both sides; unknown ids bounded by the mass left.
@@ -194,7 +177,7 @@ class _Run:
             rec["models"][role] = {"ids": s.ids, "logprobs": s.logprobs, "own": s.own,
                                    "extra": [{str(t): v for t, v in e.items()} for e in s.extra] if self.tight
                                    else None}
-        _atomic_write(os.path.join(self.staging, f"prompt-{i:06d}.json"), json.dumps(rec))
+        atomic_write_text(os.path.join(self.staging, f"prompt-{i:06d}.json"), json.dumps(rec))
         return rec
 
 
@@ -290,7 +273,7 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
                                "arguments to finish it, or remove the directory to start over")
     else:
         os.makedirs(staging, exist_ok=True)
-        _atomic_write(args_path, json.dumps(args, indent=1, sort_keys=True))
+        atomic_write_text(args_path, json.dumps(args, indent=1, sort_keys=True))
     done = {}
     for i in range(len(prompts)):
         path = os.path.join(staging, f"prompt-{i:06d}.json")
@@ -387,7 +370,7 @@ def _assemble(out, staging, prompts, done, servers, args, caps, resumed, compres
              if args["engine"] == "vllm" else "not requested"),
             "warnings": notes}
     side_path = os.fspath(out) + SIDE_SUFFIX
-    _atomic_write(side_path, json.dumps(side))
+    atomic_write_text(side_path, json.dumps(side))
     os.replace(tmp, out)   # the dump appears complete or not at all
     shutil.rmtree(staging, ignore_errors=True)
     return ServerDumpResult(out=out, side_file=side_path, prompts=N, resumed=resumed, k_received=k_rec,
