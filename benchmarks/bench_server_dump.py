@@ -15,42 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-from fastspec.io.servers import HttpClient, ServerError, dump_from_servers
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start(python, model, port, log):
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
-    return subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(port),
-                             "--host", "127.0.0.1", "--max-logprobs", "20", "--enforce-eager", "--dtype", "float32"],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def _wait(url, proc, limit_s=600):
-    c = HttpClient("server", url, retries=0, timeout=5)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit_s:
-        if proc.poll() is not None:
-            raise SystemExit(f"vLLM at {url} exited with {proc.returncode}")
-        try:
-            c.get("/v1/models")
-            return time.monotonic() - t0
-        except ServerError:
-            time.sleep(2)
-    raise SystemExit(f"vLLM at {url} not up after {limit_s} s")
+from fastspec.engines.vllm import serve
+from fastspec.io.servers import dump_from_servers
 
 
 def main() -> None:
@@ -68,29 +40,13 @@ def main() -> None:
     prompts = [[1] + [int(x) for x in rng.integers(100, 20000, int(n))] for n in rng.integers(8, 24, a.prompts)]
     tokens = a.prompts * a.max_new_tokens
     work = tempfile.mkdtemp(prefix="bench-server-dump-")
-    procs, urls = [], {}
-    try:
-        for name, model in (("target", a.target), ("draft", a.draft)):
-            port = _free_port()
-            log = open(os.path.join(work, f"{name}.log"), "w")  # noqa: SIM115 - closed with the process
-            procs.append((_start(a.vllm_python, model, port, log), log))
-            urls[name] = f"http://127.0.0.1:{port}"
-        for (proc, _log), url in zip(procs, urls.values(), strict=True):
-            print(f"{url} up after {_wait(url, proc):.0f} s", file=sys.stderr)
+    with serve(a.vllm_python, {"target": a.target, "draft": a.draft}, log_dir=work,
+               progress=lambda msg: print(msg, file=sys.stderr)) as urls:
         t0 = time.perf_counter()
         dump_from_servers(os.path.join(work, "server.npz"), urls["target"], {"d": urls["draft"]}, prompts,
                           max_new_tokens=a.max_new_tokens, ignore_eos=True, sampling={"temperature": 1.0}, seed=0,
                           top_logprobs=20, concurrency=a.concurrency, timeout=600)
         server_s = time.perf_counter() - t0
-    finally:
-        for proc, log in procs:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(60)
-            log.close()
     print(f"server dump: {a.prompts} prompts x {a.max_new_tokens} tokens in {server_s:.1f} s = "
           f"{tokens / server_s:.1f} tokens/s")
     if a.skip_hf:

@@ -13,9 +13,7 @@ import json
 import math
 import os
 import socket
-import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -23,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fastspec.io import load_dump
+from fastspec.engines.vllm import free_port
 from fastspec.io.servers import (HttpClient, ServerError, VllmEngine, dump_from_servers, staging_dir,
                                  union_bounds)
 from fastspec_cli.main import app
@@ -220,12 +219,6 @@ def fakes():
         f.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 PROMPTS = [[3, 5, 7], [11, 13, 17, 19], [2, 4], [8, 9, 10, 11, 12]]
 
 
@@ -331,7 +324,7 @@ def test_client_backoff_and_no_retry_on_4xx(fakes):
 
 
 def test_connection_refused_is_one_line_exit_1(tmp_path):
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     r = _cli("dump-server", "--target", url, "--prompts", _prompts_file(tmp_path), "--out", tmp_path / "x.npz",
              "--retries", 1, "--max-new-tokens", 2)
     line = _one_line_error(r, 1)
@@ -633,30 +626,6 @@ def test_prompts_tokenized_with_tokenizer(fakes, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------- real vLLM
-def _start_vllm(python, model, port, log):
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    # float32: vLLM's CPU build loads a float32 checkpoint as bfloat16 by default, and bfloat16 rounding flips
-    # near-tied greedy choices against fastspec dump's float32 forwards
-    return subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port",
-                             str(port), "--host", "127.0.0.1", "--max-logprobs", "20", "--enforce-eager",
-                             "--dtype", "float32"],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def _wait_up(url, proc, limit_s=300):
-    c = HttpClient("server", url, retries=0, timeout=5)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode}")
-        try:
-            c.get("/v1/models")
-            return
-        except ServerError:
-            time.sleep(2)
-    raise RuntimeError(f"vLLM at {url} not up after {limit_s} s")
-
-
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.hf
@@ -672,29 +641,16 @@ def test_real_vllm_server_dump_agrees_with_fastspec_dump(vllm_python, tmp_path):
     draft = _tiny(tmp_path / "q4", 0, quantize_bits=4)
     rng = np.random.default_rng(1)
     prompts = [[0] + [int(x) for x in rng.integers(2, 256, n)] for n in (5, 8, 11)]
-    procs = []
-    try:
-        urls = {}
-        for name, model in (("target", target), ("q4", draft)):
-            port = _free_port()
-            log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-            procs.append((_start_vllm(vllm_python, model, port, log), log))
-            urls[name] = f"http://127.0.0.1:{port}"
-        for (proc, _log), url in zip(procs, urls.values(), strict=True):
-            _wait_up(url, proc)
+    from fastspec.engines.vllm import serve
+
+    # float32 (serve's default): the CPU build loads a float32 checkpoint as bfloat16 otherwise, and bfloat16
+    # rounding flips near-tied greedy choices against fastspec dump's float32 forwards
+    with serve(vllm_python, {"target": target, "q4": draft}, log_dir=str(tmp_path), kv_cache_gib=1,
+               start_timeout_s=300) as urls:
         out = tmp_path / "server.npz"
         dump_from_servers(out, urls["target"], {"q4": urls["q4"]}, prompts, max_new_tokens=16,
                           sampling={"temperature": 0.0}, ignore_eos=True, top_logprobs=20, timeout=120,
                           concurrency=3)
-    finally:
-        for proc, log in procs:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-            log.close()
     dense = tmp_path / "dense.npz"
     hf.dump_logits(str(dense), hf.load_model(target)[0], {"q4": hf.load_model(draft)[0]}, prompts, max_new_tokens=16,
                    temperature=0.0, seed=0, ignore_eos=True, dtype="float32", costs=False)

@@ -12,8 +12,10 @@ nothing is written for a configuration that did not finish.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import shutil
 import subprocess
 import tempfile
@@ -24,7 +26,8 @@ from typing import Mapping, Sequence
 from ..errors import FastspecError, InvalidInput
 from ..params import SamplingParams
 
-__all__ = ["EngineError", "EngineRun", "find_python", "speculative_config", "run", "INSTALL_HINT", "WORKER"]
+__all__ = ["EngineError", "EngineRun", "find_python", "speculative_config", "run", "serve", "free_port",
+           "INSTALL_HINT", "WORKER"]
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vllm_worker.py")
 INSTALL_HINT = ("install vLLM in its own environment: python3 -m venv ~/vllm-env && ~/vllm-env/bin/pip install "
@@ -132,3 +135,63 @@ def run(python: str, model: str, prompts: Sequence[Sequence[int]], sampling: Sam
     counters = [{name.removeprefix("vllm:spec_decode_"): v for name, v in c.items()} for c in res["counters"]]
     return EngineRun(config, res["outputs"], counters, res["wall_s"], res["load_s"], res["vllm_version"], spec,
                      res.get("record"))
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(python: str, models: Mapping[str, str], *, log_dir: str, kv_cache_gib: int = 2, dtype: str = "float32",
+          max_logprobs: int = 20, start_timeout_s: float = 600.0, progress=None):
+    """vLLM's OpenAI-compatible server, one per model of ``models`` ({name: model directory}), on free ports of
+    127.0.0.1; yields {name: base URL} once every server answers ``/v1/models``, and stops them all on exit.
+
+    ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console script does not start with the CPU
+    wheel), ``--enforce-eager``, ``--dtype float32`` by default (the CPU build loads a float32 checkpoint as
+    bfloat16 otherwise, and bfloat16 rounding flips near-tied greedy choices against float32 forwards).  All
+    servers start before any is waited for; each one's output goes to ``log_dir/NAME.log``.  A server that exits
+    or does not answer within ``start_timeout_s``: :class:`EngineError`.  ``progress(message)``: a line per
+    server that came up."""
+    from ..io.servers import HttpClient, ServerError
+
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(kv_cache_gib))
+    procs, urls = [], {}
+    try:
+        for name, model in models.items():
+            port = free_port()
+            log = open(os.path.join(log_dir, f"{name}.log"), "w")  # noqa: SIM115 - closed with the process
+            procs.append((subprocess.Popen(
+                [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(port),
+                 "--host", "127.0.0.1", "--max-logprobs", str(max_logprobs), "--enforce-eager", "--dtype", dtype],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True), log))
+            urls[name] = f"http://127.0.0.1:{port}"
+        t0 = time.monotonic()
+        for (proc, _log), (name, url) in zip(procs, urls.items(), strict=True):
+            client = HttpClient(name, url, retries=0, timeout=5)
+            while True:
+                if proc.poll() is not None:
+                    raise EngineError(f"vllm server {name} ({url}) exited with {proc.returncode}; see "
+                                      f"{os.path.join(log_dir, name + '.log')}")
+                try:
+                    client.get("/v1/models")
+                    break
+                except ServerError:
+                    if time.monotonic() - t0 > start_timeout_s:
+                        raise EngineError(f"vllm server {name} ({url}) not up after {start_timeout_s:.0f} s") from None
+                    time.sleep(2)
+            if progress is not None:
+                progress(f"{url} up after {time.monotonic() - t0:.0f} s")
+        yield urls
+    finally:
+        for proc, log in procs:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(60)
+            log.close()
