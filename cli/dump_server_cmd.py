@@ -65,8 +65,9 @@ def dump_server_command(
                                 "without --tokenizer a .jsonl of {\"prompt_token_ids\": [...]}."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", metavar="MODEL_DIR_OR_GGUF", help="The served "
                                             "models' tokenizer (needs fastspec[hf])."),
-    out: str = typer.Option(..., "--out", help="Output dump: DUMP.npz (or a directory of .npy); the server "
-                            "metadata goes to OUT.servers.json."),
+    out: str = typer.Option(..., "--out", help="Output dump: DUMP.npz (or a directory of .npy); it records the "
+                            "servers (provenance), the logprobs mode and each sampled token's logprob; "
+                            "OUT.servers.json is the run's report."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", metavar="N", help="Continuation length per prompt "
                                         "(the target may stop earlier at EOS unless --ignore-eos)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Every continuation runs to --max-new-tokens."),
@@ -157,9 +158,10 @@ def dump_server_command(
         return
     models = ", ".join(f"{r}: {s['model']} ({s['engine']} {s['version']})" for r, s in res.servers.items())
     line = (f"wrote {res.out}: sparse dump of {res.prompts} prompts ({res.resumed} resumed), "
-            f"k = {res.k_received}; {models}; metadata in {res.side_file}")
+            f"k = {res.k_received}; {models}; report in {res.side_file}")
     typer.echo(line)
     for name, tb in (res.tight_bounds or {}).items():
         typer.echo(f"{name}: alpha in [{tb['alpha_topk'][0]:.4f}, {tb['alpha_topk'][1]:.4f}] from the top-k lists, "
                    f"[{tb['alpha_union'][0]:.4f}, {tb['alpha_union'][1]:.4f}] with both sides' logprobs on the "
-                   f"union (mean width {tb['width_topk']:.4f} -> {tb['width_union']:.4f})")
+                   f"union, as simulate and inspect use it (mean width {tb['width_topk']:.4f} -> "
+                   f"{tb['width_union']:.4f})")

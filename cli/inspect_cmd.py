@@ -1,6 +1,7 @@
 """``fastspec inspect DUMP``: what a logit dump holds, and per-draft acceptance figures."""
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from typing import Optional
@@ -71,6 +72,24 @@ def _alpha_pass_progress(size_on_disk: int):
     return stage
 
 
+def _render_provenance(con, info: dict) -> None:
+    """Where a dump's numbers came from (its ``provenance``: one line per server when it lists them) and what it
+    knows beyond the top-k lists; printed as plain text (no markup is read from a file)."""
+    prov = info.get("provenance")
+    if prov:
+        servers = prov.get("servers")
+        rest = {a: b for a, b in prov.items() if a != "servers" or not isinstance(servers, dict)}
+        con.print("provenance: " + json.dumps(rest, sort_keys=True)[:2000], markup=False, highlight=False)
+        if isinstance(servers, dict):
+            for role, srv in servers.items():
+                srv = srv if isinstance(srv, dict) else {"model": srv}
+                con.print(f"  {role}: {srv.get('model')} ({srv.get('engine', '?')} {srv.get('version', '?')}) at "
+                          f"{srv.get('url', '?')}", markup=False, highlight=False)
+    for role, kinds in (info.get("known_beyond_topk") or {}).items():
+        con.print(f"{role}: known beyond the top-k: {', '.join(kinds)} (used by the α bounds)", markup=False,
+                  highlight=False)
+
+
 def _render(info: dict, ks: tuple[int, ...]) -> None:
     """The human output of an inspection's :meth:`~fastspec.acceptance.DumpInspection.as_dict`."""
     con = stdout_console()
@@ -80,6 +99,7 @@ def _render(info: dict, ks: tuple[int, ...]) -> None:
               f"{info['valid_positions']} valid positions; drafts: {', '.join(info['drafts'])}")
     if info["metadata"]:
         con.print("recorded: " + ", ".join(f"{a}={b}" for a, b in info["metadata"].items()))
+    _render_provenance(con, info)
     t = Table(title="arrays")
     for col in ("name", "shape", "dtype", "size", "storage"):
         t.add_column(col)

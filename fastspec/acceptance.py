@@ -19,6 +19,17 @@ token has at most the smallest listed probability, because the lists are the top
   with b = sum_B min(p, q_min) and c = sum_C min(q, p_min) (each term bounds the unknown part of the sum).
 
 Both are exact when k covers the whole support.  Sampling settings that need the full vocabulary are refused.
+
+Known beyond the top-k.  A dump may also know some probabilities outside a side's top-k list exactly: extra ids
+(``<role>_extra_ids`` / ``_extra_logprobs``, e.g. the other side's top-k ids scored by a server that returns
+the logprobs of given ids) and the recorded token's own logprob (``<role>_sampled_logprob``).  Let K_p be
+everything known of p (top-k plus extras plus the recorded token).  The derivation above holds with S_p, S_q
+replaced by K_p, K_q, with r_p = 1 - sum_{K_p} p, and with p_min, q_min still the smallest *top-k* probabilities:
+it only uses that every id outside K_p has p <= p_min (true: it is outside the top-k) and that those ids carry
+the mass r_p.  (Taking p_min over K_p instead would be wrong: an extra id may lie far below the top-k, while an
+unknown id can sit just under the k-th.)  Each such interval contains alpha; the one reported is its
+intersection with the plain top-k interval, so it is never wider (:func:`fastspec._kernels.known`).  Greedy
+analysis (temperature 0) compares the top-1 ids as before.
 """
 from __future__ import annotations
 
@@ -30,6 +41,7 @@ import numba
 import numpy as np
 
 from ._kernels.alpha import DRAFT_STATUS, alpha_rows, bounds_rows
+from ._kernels.known import known_bounds_rows
 from .analysis import (SpecStats, alpha_summary, check_k, expected_speedup, expected_tokens_closed_form,
                        expected_tokens_per_step, optimal_k)
 from .errors import DumpFormatError, InvalidInput, InvalidType, shown
@@ -106,13 +118,48 @@ def _bounds(ti, tl, di, dl, valid, greedy):
     return lo, hi
 
 
-def acceptance_bounds(target_ids, target_logprobs, draft_ids, draft_logprobs, *, greedy=False, vocab_size=None):
+def _known_rows(top, extra, tok, sampled):
+    """(ids int64, logprobs float64, cap) of one side's rows: its top-k, its extra known entries and the recorded
+    token ``tok`` with its logprob ``sampled`` where neither lists it; unused slots (-1, -inf).  ``cap``: the
+    smallest top-k probability of each row, the bound on every unknown id."""
+    ids = [np.asarray(top[0], dtype=np.int64)]
+    lps = [np.asarray(top[1], dtype=np.float64)]
+    if extra is not None:
+        ids.append(np.asarray(extra[0], dtype=np.int64))
+        lps.append(np.asarray(extra[1], dtype=np.float64))
+    if sampled is not None:
+        tok = np.asarray(tok, dtype=np.int64)
+        listed = (np.concatenate(ids, axis=1) == tok[:, None]).any(axis=1)
+        ids.append(np.where(listed, -1, tok)[:, None])
+        lps.append(np.where(listed, -np.inf, np.asarray(sampled, dtype=np.float64))[:, None])
+    cap = np.exp(lps[0].min(axis=1))
+    return np.ascontiguousarray(np.concatenate(ids, axis=1)), np.ascontiguousarray(np.concatenate(lps, axis=1)), cap
+
+
+def _tighter(lo, hi, target, draft, valid):
+    """The top-k interval [lo, hi] intersected with the known-set interval of ``target`` / ``draft``
+    (:func:`_known_rows` triples)."""
+    (ti, tl, tc), (di, dl, dc) = target, draft
+    lo2 = np.empty(ti.shape[0])
+    hi2 = np.empty(ti.shape[0])
+    if ti.shape[0]:
+        known_bounds_rows(ti, tl, np.argsort(ti, axis=1, kind="stable"), tc, di, dl,
+                          np.argsort(di, axis=1, kind="stable"), dc, valid, lo2, hi2)
+    lo = np.maximum(lo, lo2)
+    return lo, np.maximum(np.minimum(hi, hi2), lo)  # equal ends only where rounding made them cross
+
+
+def acceptance_bounds(target_ids, target_logprobs, draft_ids, draft_logprobs, *, greedy=False, vocab_size=None,
+                      target_extra=None, draft_extra=None):
     """Interval [lower, upper] that provably contains alpha from sparse top-k data, per leading index.
 
     ``*_ids`` int [..., k] and ``*_logprobs`` float [..., k] (log-probabilities under the full processed
     distribution; the lists must be the top k, so every unlisted token has at most the smallest listed
     probability).  The target and draft may list different k.  ``greedy=True`` compares the top-1 ids
-    (exact: lower == upper).  The arrays are validated like a sparse dump.  Returns ``(lower, upper)``.
+    (exact: lower == upper).  ``target_extra`` / ``draft_extra``: optional pairs (ids [..., m], logprobs
+    [..., m]) of ids outside that side's top-k whose logprobs are known exactly (unused slots: id -1, logprob
+    -inf); the interval then also uses them (never wider; module docstring).  The arrays are validated like a
+    sparse dump.  Returns ``(lower, upper)``.
     """
     from .io import Dump
 
@@ -139,13 +186,31 @@ def acceptance_bounds(target_ids, target_logprobs, draft_ids, draft_logprobs, *,
     names = {"target_topk_ids": "target_ids", "target_topk_logprobs": "target_logprobs",
              "draft_topk_ids": "draft_ids", "draft_topk_logprobs": "draft_logprobs"}
     flat = {k: arrs[v].reshape(1, rows, arrs[v].shape[-1]) for k, v in names.items()}
+    for role, given in (("target", target_extra), ("draft", draft_extra)):
+        if given is None:
+            continue
+        if not isinstance(given, (tuple, list)) or len(given) != 2:
+            raise InvalidInput(f"{role}_extra must be a pair (ids, logprobs) of arrays [..., m]")
+        for kind, a in zip(("extra_ids", "extra_logprobs"), given, strict=True):
+            a = np.asarray(a)
+            if a.ndim < 1 or a.shape[:-1] != lead:
+                raise InvalidInput(f"{role}_extra: {kind.replace('extra_', '')} shape {list(a.shape)} must be "
+                                   f"{list(lead) + ['m']}")
+            flat[f"{role}_{kind}"] = a.reshape(1, rows, a.shape[-1])
     if vocab_size is not None:
         flat["vocab_size"] = np.asarray(vocab_size)
     try:
         Dump.from_arrays(flat).validate()  # the loader's checks: ids in range and distinct, logprobs <= 0, ...
     except DumpFormatError as exc:
         raise InvalidInput(str(exc).replace("<arrays>: ", "", 1)) from None
-    lo, hi = _bounds(*(flat[k][0] for k in names), np.ones(rows, dtype=np.bool_), greedy)
+    valid = np.ones(rows, dtype=np.bool_)
+    top = {"target": (flat["target_topk_ids"][0], flat["target_topk_logprobs"][0]),
+           "draft": (flat["draft_topk_ids"][0], flat["draft_topk_logprobs"][0])}
+    lo, hi = _bounds(*top["target"], *top["draft"], valid, greedy)
+    if not greedy and (target_extra is not None or draft_extra is not None):
+        known = {role: _known_rows(top[role], (flat[f"{role}_extra_ids"][0], flat[f"{role}_extra_logprobs"][0])
+                                   if f"{role}_extra_ids" in flat else None, None, None) for role in top}
+        lo, hi = _tighter(lo, hi, known["target"], known["draft"], valid)
     return lo.reshape(lead), hi.reshape(lead)
 
 
@@ -196,13 +261,14 @@ def _given_or_resolved(dump, sampling, temperature, top_k, top_p, min_p) -> Samp
 def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None,
                     max_bytes=None, verify_integrity: bool | None = None,
                     progress: Callable[[int], None] | None = None,
-                    sampling: SamplingParams | None = None) -> dict[str, DraftAcceptance]:
+                    sampling: SamplingParams | None = None, beyond_topk: bool = True) -> dict[str, DraftAcceptance]:
     """alpha at every valid position of a dump, per draft, reading ``max_bytes`` per array at a time.
 
     ``dump``: a :class:`fastspec.io.Dump` or a path.  Sampling settings default to the dump's recorded metadata
     (:func:`resolve_sampling`); ``sampling``: a configuration already resolved for this dump (by
     :func:`resolve_sampling`) instead of the settings one by one.  Dense dumps give exact alpha; sparse dumps give
-    the [lower, upper] interval.
+    the [lower, upper] interval, using what the dump knows beyond the top-k lists (extra known ids, the recorded
+    token's logprob: module docstring) unless ``beyond_topk=False`` (the plain top-k interval).
     ``verify_integrity``: check the CRC-32 of the stored ``.npz`` members the pass reads (the target's and the
     selected drafts'), as they are read; default: the dump's setting (True for a path).
     ``progress(n)``: called after each chunk with the n positions (rows of the N x T grid) it covered; they add
@@ -240,6 +306,14 @@ def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=Non
                 else:
                     lo, hi = _bounds(ch.target[0], ch.target[1], ch.drafts[n][0], ch.drafts[n][1], valid,
                                      sp.temperature == 0.0)
+                    if beyond_topk and sp.temperature != 0.0 and any(
+                            r in ch.extras or r in d.sampled_logprobs for r in ("target", n)):
+                        tok = None if d.tokens is None else d.tokens.reshape(-1)[ch.start:ch.stop]
+                        known = [_known_rows(top, ch.extras.get(r), tok,
+                                             d.sampled_logprobs[r].reshape(-1)[ch.start:ch.stop]
+                                             if r in d.sampled_logprobs else None)
+                                 for r, top in (("target", ch.target), (n, ch.drafts[n]))]
+                        lo, hi = _tighter(lo, hi, known[0], known[1], valid)
                     res[n].lower.reshape(-1)[ch.start:ch.stop] = lo
                     res[n].upper.reshape(-1)[ch.start:ch.stop] = hi
             if progress is not None:

@@ -267,11 +267,11 @@ class ShardedDump(DumpBase):
         for name, a in self._info[0].arrays.items():
             if name in ("lengths", "prompt_lengths"):
                 shape = (self.N,)
-            elif name == "tokens":
-                shape = (self.N, self.T)
             elif name == "prompt_tokens":
                 shape = (self.N, self.prompt_tokens.shape[1])
-            elif len(a.shape) >= 2:
+            elif len(a.shape) == 2:  # tokens, *_sampled_logprob: [N, T]
+                shape = (self.N, self.T)
+            elif len(a.shape) >= 3:
                 shape = (self.N, self.T, a.shape[-1])
             else:  # 0-d metadata
                 out[name] = a

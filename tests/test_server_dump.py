@@ -273,9 +273,20 @@ def test_vllm_dump_matches_the_toy_models_and_simulate_and_inspect_read_it(fakes
     side = json.loads((tmp_path / "srv.npz.servers.json").read_text())
     assert side["servers"]["target"]["model"] == "toy" and side["servers"]["near"]["version"] == "0.0-fake"
     assert side["logprobs_mode"] == "raw" and side["k_received"] == {"target": 8, "near": 8}
-    own = side["sampled_token_logprobs"]["near"][1][2]
-    seq = PROMPTS[1] + [int(x) for x in z["tokens"][1]]
-    assert own == pytest.approx(float(_logprobs(7, seq[:len(PROMPTS[1]) + 2])[seq[len(PROMPTS[1]) + 2]]))
+    # the dump itself carries the sampled tokens' own logprobs, the logprobs mode and the servers (no pickle)
+    z = np.load(out, allow_pickle=False)
+    for role, arr, seed in (("target", "target_sampled_logprob", 0), ("near", "draft_sampled_logprob__near", 7)):
+        for i, p in enumerate(PROMPTS):
+            seq = list(p) + [int(x) for x in z["tokens"][i]]
+            want = [_logprobs(seed, seq[:len(p) + t])[seq[len(p) + t]] for t in range(6)]
+            np.testing.assert_allclose(z[arr][i], want, rtol=1e-6, err_msg=role)
+    assert str(z["logprobs_mode"]) == "raw"
+    prov = json.loads(str(z["provenance"]))
+    assert prov["servers"]["near"]["model"] == "toy-draft" and prov["servers"]["target"]["url"] == turl
+    assert prov["servers"]["target"]["version"] == "0.0-fake" and prov["k_received"] == {"target": 8, "near": 8}
+    with load_dump(str(out)) as d:
+        assert d.metadata["logprobs_mode"] == "raw" and d.provenance == prov
+        assert set(d.sampled_logprobs) == {"target", "near"}
     assert not os.path.exists(staging_dir(str(out)))
     # simulate and inspect take it unchanged
     r = _cli("simulate", out, "--k", "1,2", "--json")
@@ -284,6 +295,11 @@ def test_vllm_dump_matches_the_toy_models_and_simulate_and_inspect_read_it(fakes
     assert {row["draft"] for row in res} >= {"near"}
     r = _cli("inspect", out)
     assert r.exit_code == 0, r.stderr
+    assert "logprobs_mode=raw" in r.stdout and "toy-draft" in r.stdout and "0.0-fake" in r.stdout
+    r = _cli("inspect", out, "--json")
+    info = json.loads(r.stdout)
+    assert info["provenance"] == prov and info["known_beyond_topk"] == {"target": ["sampled_logprob"],
+                                                                        "near": ["sampled_logprob"]}
 
 
 def test_greedy_and_eos_lengths(fakes, tmp_path):
@@ -478,7 +494,10 @@ def test_server_dies_mid_run_then_the_resume_gives_the_same_dump(fakes, tmp_path
     a, b = _arrays(ref), _arrays(out)
     assert a.keys() == b.keys()
     for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        if k != "provenance":   # the reference run's draft server had another port
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    pa, pb = json.loads(str(a["provenance"])), json.loads(str(b["provenance"]))
+    assert pa["servers"]["dr"].pop("url") == durl0 and pb["servers"]["dr"].pop("url") == durl1 and pa == pb
     assert not os.path.exists(staging_dir(str(out)))
 
 
@@ -528,8 +547,37 @@ def test_sglang_wire_format_and_tight_bounds(fakes, tmp_path):
     m = float(np.mean(alphas))
     assert tb["alpha_union"][0] - 1e-9 <= m <= tb["alpha_union"][1] + 1e-9
     assert tb["alpha_topk"][0] - 1e-9 <= m <= tb["alpha_topk"][1] + 1e-9
-    r = _cli("simulate", out, "--k", "1,2", "--json")
-    assert r.exit_code == 0, r.stderr
+    # the dump carries the union logprobs: simulate's tokens/step interval narrows and still holds the value of
+    # the dense distributions (a dense dump of the toy models' full logprobs along the same tokens)
+    assert "target_extra_ids" in z.files and "draft_extra_ids__dr" in z.files
+    dense = tmp_path / "dense.npz"
+    tl = np.zeros((4, 6, V))
+    dl = np.zeros((4, 6, V))
+    for i, p in enumerate(PROMPTS):
+        seq = list(p) + [int(x) for x in z["tokens"][i]]
+        for t in range(6):
+            tl[i, t], dl[i, t] = _logprobs(0, seq[:len(p) + t]), _logprobs(5, seq[:len(p) + t])
+    from fastspec.io import save_dump
+
+    save_dump(dense, tl, {"dr": dl}, tokens=z["tokens"], lengths=z["lengths"], temperature=1.0)
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, **{n: z[n] for n in z.files if "extra" not in n and "sampled" not in n})
+
+    def rows(path):
+        r = _cli("simulate", path, "--k", "1,2,4", "--json")
+        assert r.exit_code == 0, r.stderr
+        return {row["k"]: row for row in json.loads(r.stdout)["results"] if row["draft"] == "dr"}
+
+    tight, loose, exact = rows(out), rows(plain), rows(dense)
+    for k in (1, 2, 4):
+        lo, hi, x = tight[k]["mean_acceptance_length_lower"], tight[k]["mean_acceptance_length_upper"], \
+            exact[k]["mean_acceptance_length_exact"]
+        assert lo - 1e-9 <= x <= hi + 1e-9, (k, lo, x, hi)
+        assert loose[k]["mean_acceptance_length_lower"] - 1e-12 <= lo and hi <= loose[k][
+            "mean_acceptance_length_upper"] + 1e-12
+        assert hi - lo < 0.8 * (loose[k]["mean_acceptance_length_upper"] - loose[k]["mean_acceptance_length_lower"])
+    r = _cli("inspect", out)
+    assert r.exit_code == 0 and "known beyond the top-k: sampled_logprob, extra_ids" in r.stdout
 
 
 def test_union_bounds_contain_alpha():

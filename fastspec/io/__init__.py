@@ -12,7 +12,10 @@ Array names are ``<role>_<kind>[__<draft name>]``:
   (processed log-probabilities, <= 0), and ``draft_topk_ids[__name]`` / ``draft_topk_logprobs[__name]``;
 * optional: ``tokens`` int [N, T], ``lengths`` int [N] (valid positions, in [1, T]; default T), and 0-d
   metadata ``temperature``, ``top_k``, ``top_p``, ``min_p`` (how the trajectory was sampled; the ranges of
-  :class:`fastspec.params.SamplingParams`) and ``vocab_size`` (sparse dumps: V, for range-checking ids and tokens).
+  :class:`fastspec.params.SamplingParams`) and ``vocab_size`` (sparse dumps: V, for range-checking ids and tokens);
+* optional, sparse dumps: ``<role>_sampled_logprob`` [N, T] (the recorded token's logprob) and
+  ``<role>_extra_ids`` / ``<role>_extra_logprobs`` [N, T, m] (ids outside the top-k known exactly), which tighten
+  the α bounds; 0-d text ``logprobs_mode`` and ``provenance`` (:mod:`~fastspec.io.known`).
 
 Safety and memory
 -----------------
@@ -46,8 +49,8 @@ the offending index; a missing path is :class:`fastspec.errors.DumpNotFound` (al
 Modules: :mod:`~fastspec.io.format` (names and rules), :mod:`~fastspec.io.sources` (where an array's bytes
 live), :mod:`~fastspec.io.zipdir` (an ``.npz``'s zip directory checked against its end records and local
 headers), :mod:`~fastspec.io.files` (what may be opened; chunk mappings), :mod:`~fastspec.io.crc` (CRC-32 on all
-cores), :mod:`~fastspec.io.structure` and :mod:`~fastspec.io.values` (the checks), :mod:`~fastspec.io.dump`
-(:class:`Dump`, :func:`load_dump`), :mod:`~fastspec.io.save` (:func:`save_dump`).
+cores), :mod:`~fastspec.io.structure`, :mod:`~fastspec.io.values` and :mod:`~fastspec.io.known` (the checks),
+:mod:`~fastspec.io.dump` (:class:`Dump`, :func:`load_dump`), :mod:`~fastspec.io.save` (:func:`save_dump`).
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Iterator, Mapping
 
 import numpy as np
@@ -19,6 +20,7 @@ from ..errors import InvalidInput, InvalidType, check_int
 from .format import kinds_of
 from .sources import MemorySource, Source, open_sources
 from .structure import check_structure, index_text, role_key
+from .known import check_extra_rows
 from .values import check_dense, check_sparse
 
 __all__ = ["ArrayInfo", "Chunk", "DumpBase", "Dump", "load_dump", "check_max_bytes"]
@@ -46,6 +48,8 @@ class Chunk:
     ``target`` and each ``drafts[name]`` are ``[rows, V]`` logits (dense) or ``(ids, logprobs)`` pairs of
     ``[rows, k]`` arrays (sparse), in the dump's dtype (memory-mapped views where possible: read-only).
     ``valid[i]`` is False for padding rows (``t >= lengths[n]``), which are never validated.
+    ``extras``: for a sparse dump with extra known ids (``<role>_extra_ids`` / ``<role>_extra_logprobs``),
+    ``{"target" or draft name: (ids, logprobs)}`` [rows, m] of the roles read that have them.
     """
 
     start: int
@@ -53,6 +57,7 @@ class Chunk:
     valid: np.ndarray
     target: object
     drafts: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
 
 
 class DumpBase:
@@ -77,6 +82,10 @@ class DumpBase:
     prompt_lengths = None
     costs = None
     costs_differ = False
+    #: sparse dumps: {"target" or draft name: float64 [N, T]} the logprob of the recorded token (0 at padding)
+    sampled_logprobs = MappingProxyType({})
+    #: the parsed ``provenance`` JSON object (where the numbers came from), or None
+    provenance = None
 
     def acceptance(self, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None, max_bytes=None,
                    verify_integrity: bool | None = None, progress=None, sampling=None) -> dict:
@@ -158,6 +167,10 @@ class Dump(DumpBase):
         self.k, self.rank3, self.metadata = layout.k, layout.rank3, layout.metadata
         self.lengths, self.tokens = layout.lengths, layout.tokens
         self.prompt_tokens, self.prompt_lengths, self.costs = layout.prompt_tokens, layout.prompt_lengths, layout.costs
+        self._extras = layout.extras or {}
+        self.sampled_logprobs = MappingProxyType({("target" if key == "target" else key[len("draft:"):]): a
+                                                  for key, a in (layout.sampled or {}).items()})
+        self.provenance = layout.provenance
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], path: str = "<arrays>") -> "Dump":
@@ -188,8 +201,33 @@ class Dump(DumpBase):
         """Name of the array holding ``kind`` for ``role`` ("target" or a draft name)."""
         return self._roles[role_key(None if role == "target" else role)][kind].name
 
+    def has_extras(self, role: str) -> bool:
+        """Whether ``role`` ("target" or a draft name) has extra known ids (``extra_ids`` / ``extra_logprobs``)."""
+        return role_key(None if role == "target" else role) in self._extras
+
+    def chunk_rows(self, drafts, max_bytes: int) -> int:
+        rows = super().chunk_rows(drafts, max_bytes)
+        widest = max((np.dtype(s.dtype).itemsize * s.shape[-1] for key, parts in self._extras.items()
+                      for s in parts.values()), default=0)
+        return rows if not widest else max(1, min(rows, max_bytes // widest))
+
     def describe(self) -> dict:
-        """Plain-data summary: arrays, kind, drafts, N, T, V, k, metadata, size on disk."""
+        """Plain-data summary: arrays, kind, drafts, N, T, V, k, metadata, size on disk; for a dump that records
+        them, ``provenance`` and ``known_beyond_topk`` (role -> the optional arrays it has)."""
+        out = self._describe()
+        if self.provenance is not None:
+            out["provenance"] = self.provenance
+        known = {}
+        for role in ("target",) + tuple(self.drafts):
+            kinds = (["sampled_logprob"] if role in self.sampled_logprobs else []) + \
+                (["extra_ids"] if self.has_extras(role) else [])
+            if kinds:
+                known[role] = kinds
+        if known:
+            out["known_beyond_topk"] = known
+        return out
+
+    def _describe(self) -> dict:
         return {
             "path": self.path, "format": self._format, "kind": self.kind, "drafts": list(self.drafts),
             "N": self.N, "T": self.T, "V": self.V,
@@ -227,7 +265,22 @@ class Dump(DumpBase):
             r = np.arange(r0, r1)
             valid = r % self.T < self.lengths[r // self.T]
             target = self._read(None, r0, r1, valid, validate, verify)
-            yield Chunk(r0, r1, valid, target, {d: self._read(d, r0, r1, valid, validate, verify) for d in names})
+            ch = Chunk(r0, r1, valid, target, {d: self._read(d, r0, r1, valid, validate, verify) for d in names})
+            for d in (None,) + tuple(names):
+                if role_key(d) in self._extras:
+                    ch.extras["target" if d is None else d] = self._read_extras(
+                        d, r0, r1, valid, validate, verify, ch.target if d is None else ch.drafts[d])
+            yield ch
+
+    def _read_extras(self, draft, r0, r1, valid, validate, verify, top):
+        """Rows [r0, r1) of a role's extra known (ids, logprobs), checked against its top-k rows ``top``."""
+        parts = self._extras[role_key(draft)]
+        srcs = [parts["extra_ids"], parts["extra_logprobs"]]
+        got = [s.read_rows(r0, r1, s.shape[-1], verify) for s in srcs]
+        if validate:
+            check_extra_rows(self.path, self.where, self.V, tuple(s.name for s in srcs), got[0], got[1], top[0],
+                             top[1], valid, r0)
+        return tuple(got)
 
     def _read(self, draft, r0, r1, valid, validate, verify):
         """Rows [r0, r1) of the target (``draft`` None) or a draft: an array (dense) or an (ids, logprobs) pair."""
@@ -247,7 +300,7 @@ class Dump(DumpBase):
         by the decompressor as they are streamed), so a damaged archive is refused, not analysed.
         """
         check_max_bytes(max_bytes)
-        read = {id(s) for parts in self._roles.values() for s in parts.values()}
+        read = {id(s) for parts in list(self._roles.values()) + list(self._extras.values()) for s in parts.values()}
         for src in self._sources.values():
             if id(src) not in read:  # the small arrays; the pass below checks the others
                 src.read_all(verify=True)

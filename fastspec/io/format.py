@@ -4,7 +4,11 @@ Array names are ``<role>_<kind>[__<draft name>]``: role ``target`` or ``draft``,
 ``topk_ids`` + ``topk_logprobs`` (sparse).  A plain ``draft_*`` array belongs to the draft named ``draft``; the
 target takes no suffix; a dump may hold no draft at all (target-only, for n-gram analysis).  Optional arrays:
 ``tokens``, ``lengths``, ``prompt_tokens`` + ``prompt_lengths``, ``costs`` (a cost table's JSON,
-:mod:`fastspec.costs`) and the 0-d metadata :data:`METADATA`.
+:mod:`fastspec.costs`) and the 0-d metadata :data:`METADATA`.  Sparse dumps may add, per role, the optional
+kinds :data:`KNOWN_KINDS` (named like the role arrays: ``target_sampled_logprob``,
+``draft_extra_ids__<name>``, ...): the logprob of the recorded token at each position, and the logprobs of ids
+outside the top-k known exactly; and the 0-d text arrays :data:`TEXT_METADATA` (``logprobs_mode``,
+``provenance``).
 
 This module states the rules and checks single values (a draft name, one metadata value);
 :mod:`fastspec.io.structure` applies them to the arrays of a file.
@@ -21,7 +25,8 @@ from ..params import SamplingParams
 
 __all__ = ["DRAFT_NAME_PATTERN", "DEFAULT_DRAFT", "ROLES", "DENSE_KINDS", "SPARSE_KINDS", "OPTIONAL_ARRAYS",
            "METADATA", "FLOAT_DTYPES", "check_draft_name", "parse_array_name", "array_name", "kinds_of",
-           "format_error", "metadata_value", "flag_value"]
+           "format_error", "metadata_value", "flag_value", "KNOWN_KINDS", "TEXT_METADATA", "LOGPROBS_MODES",
+           "parse_known_name", "PAD_ID", "MAX_PROVENANCE_CHARS"]
 
 #: a draft name: letters, digits, '_', '.', '-', starting with a letter or digit (no '__', not 'target': see
 #: check_draft_name)
@@ -36,6 +41,17 @@ OPTIONAL_ARRAYS = ("tokens", "lengths", "prompt_tokens", "prompt_lengths", "cost
 #: the trajectories ran past end-of-sequence tokens (``ignore_eos``: 0 or 1)
 METADATA = SAMPLING_NAMES + ("vocab_size", "ignore_eos")
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+#: optional per-role kinds of a sparse dump: ``sampled_logprob`` [N, T] (the logprob of ``tokens[n, t]``),
+#: ``extra_ids`` + ``extra_logprobs`` [N, T, m] (ids outside the role's top-k whose logprobs are known exactly;
+#: unused slots hold id :data:`PAD_ID` with logprob -inf)
+KNOWN_KINDS = ("sampled_logprob", "extra_ids", "extra_logprobs")
+#: 0-d text metadata: ``logprobs_mode`` (:data:`LOGPROBS_MODES`) and ``provenance`` (a JSON object: where the
+#: numbers came from, e.g. the servers' engine, model, version and url per role; information only)
+TEXT_METADATA = ("logprobs_mode", "provenance")
+LOGPROBS_MODES = ("raw", "processed")
+#: the id of an unused ``extra_ids`` slot (its logprob must be -inf)
+PAD_ID = -1
+MAX_PROVENANCE_CHARS = 1 << 16
 
 _ARRAY_NAME = re.compile(rf"^({'|'.join(ROLES)})_({'|'.join(DENSE_KINDS + SPARSE_KINDS)})(?:__(.+))?$")
 
@@ -57,6 +73,15 @@ def parse_array_name(name: str):
 
     The suffix is returned as written: the caller checks it (:func:`check_draft_name`; the target takes none)."""
     m = _ARRAY_NAME.match(name)
+    return None if m is None else (m.group(1), m.group(2), m.group(3))
+
+
+_KNOWN_NAME = re.compile(rf"^({'|'.join(ROLES)})_({'|'.join(KNOWN_KINDS)})(?:__(.+))?$")
+
+
+def parse_known_name(name: str):
+    """``(role, kind, suffix)`` for an optional per-role array name (kinds :data:`KNOWN_KINDS`), else None."""
+    m = _KNOWN_NAME.match(name)
     return None if m is None else (m.group(1), m.group(2), m.group(3))
 
 

@@ -1,6 +1,7 @@
 """Writing a dump: :func:`save_dump` validates the arrays with the loader's own checks, then writes them."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Mapping
 
@@ -58,9 +59,44 @@ def _costs_array(costs) -> np.ndarray:
     return np.asarray(table.to_json())
 
 
+def _known_arrays(out: dict, sampled_logprobs, extras) -> None:
+    """``<role>_sampled_logprob`` and ``<role>_extra_ids`` / ``_extra_logprobs`` from {"target" or draft: ...}."""
+    for argname, given in (("sampled_logprobs", sampled_logprobs), ("extras", extras)):
+        if given is None:
+            continue
+        if not isinstance(given, Mapping):
+            raise InvalidType(f"{argname} must be a mapping 'target' or draft name -> array(s), got "
+                              f"{type(given).__name__}")
+        for who, value in given.items():
+            if who != "target":
+                check_draft_name(who, f"{argname}: name")
+            role, draft = ("target", None) if who == "target" else ("draft", who)
+            if argname == "sampled_logprobs":
+                out[array_name(role, "sampled_logprob", draft)] = np.asarray(value)
+                continue
+            if not isinstance(value, tuple) or len(value) != 2:
+                raise InvalidInput(f"extras[{who!r}]: a pair (extra_ids, extra_logprobs)")
+            out[array_name(role, "extra_ids", draft)] = np.asarray(value[0])
+            out[array_name(role, "extra_logprobs", draft)] = np.asarray(value[1])
+
+
+def _provenance_array(provenance) -> np.ndarray:
+    if isinstance(provenance, str):
+        text = provenance
+    elif isinstance(provenance, Mapping):
+        try:
+            text = json.dumps(provenance, allow_nan=False, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"provenance: not JSON-serializable ({exc})") from None
+    else:
+        raise InvalidType(f"provenance must be a dict or JSON text, got {type(provenance).__name__}")
+    return np.asarray(text)
+
+
 def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=None, top_k=None, top_p=None,
               min_p=None, vocab_size=None, layout: str = "auto", compressed: bool = False, prompt_tokens=None,
-              prompt_lengths=None, ignore_eos=None, costs=None) -> str:
+              prompt_lengths=None, ignore_eos=None, costs=None, sampled_logprobs=None, extras=None,
+              logprobs_mode=None, provenance=None) -> str:
     """Validate and write a dump; returns the path written.
 
     ``target``: dense logits [N, T, V] / [T, V], or a sparse pair ``(topk_ids, topk_logprobs)``.
@@ -68,6 +104,10 @@ def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=No
     empty mapping (a target-only dump).  Optional: ``prompt_tokens`` int [N, P] (padded) with ``prompt_lengths``
     int [N]; ``ignore_eos`` (bool metadata: the trajectories ran past EOS tokens); ``costs``: a
     :class:`fastspec.costs.CostTable` (or its dict / JSON), stored as the 0-d string array ``costs``.
+    Sparse dumps, optional (:mod:`fastspec.io.known`): ``sampled_logprobs`` {"target" or draft name: float
+    [N, T]} (the logprob of ``tokens`` at each position), ``extras`` {"target" or draft name: (ids [N, T, m],
+    logprobs [N, T, m])} (ids outside the top-k with known logprobs; id -1 / logprob -inf in unused slots),
+    ``logprobs_mode`` ("raw" or "processed") and ``provenance`` (a dict or JSON text of an object).
     ``layout``: "npz" (one zip; ``compressed=True`` deflates it), "dir" (a directory of ``.npy``, which
     can be memory-mapped) or "auto" (a path ending in ``.npz`` is a zip, otherwise a directory).
     The arrays go through exactly the checks :func:`fastspec.io.load_dump` applies, before anything is written.
@@ -88,6 +128,11 @@ def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=No
     arrays = _dump_arrays(target, drafts, tokens, lengths, meta)
     if costs is not None:
         arrays["costs"] = _costs_array(costs)
+    _known_arrays(arrays, sampled_logprobs, extras)
+    if logprobs_mode is not None:
+        arrays["logprobs_mode"] = np.asarray(str(logprobs_mode))
+    if provenance is not None:
+        arrays["provenance"] = _provenance_array(provenance)
     Dump.from_arrays(arrays, path).validate()
     if layout == "npz":
         (np.savez_compressed if compressed else np.savez)(path, **arrays)

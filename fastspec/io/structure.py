@@ -3,7 +3,8 @@
 :func:`check_structure` applies the rules of :mod:`fastspec.io.format` to the arrays of one file, in steps:
 names -> roles, one kind (dense or sparse) per dump, shapes and dtypes (N, T, V, k; absurd sizes refused),
 metadata, vocabulary, ``lengths`` and ``tokens`` (range-checked in their own dtype, so no value wraps around),
-then the prompts (``prompt_tokens`` / ``prompt_lengths``) and the recorded cost table (``costs``).
+then the prompts (``prompt_tokens`` / ``prompt_lengths``), the recorded cost table (``costs``) and what a sparse
+dump knows beyond its top-k lists plus the text metadata (:mod:`fastspec.io.known`).
 Every failure is a :class:`fastspec.errors.DumpFormatError` naming the file, the
 array and the offending index.
 """
@@ -17,8 +18,9 @@ import math
 
 from ..config import MAX_POSITIONS, MAX_TABLE_BYTES, MAX_WHOLE_ARRAY_BYTES, MAX_WIDTH
 from ..errors import InvalidInput, InvalidType
-from .format import (DEFAULT_DRAFT, FLOAT_DTYPES, METADATA, OPTIONAL_ARRAYS, SPARSE_KINDS,
-                     check_draft_name, format_error, metadata_value, parse_array_name)
+from .format import (DEFAULT_DRAFT, FLOAT_DTYPES, METADATA, OPTIONAL_ARRAYS, SPARSE_KINDS, TEXT_METADATA,
+                     check_draft_name, format_error, metadata_value, parse_array_name, parse_known_name)
+from .known import check_known, text_metadata
 from .sources import Source
 from .values import ID_LIMIT
 
@@ -50,12 +52,15 @@ class Layout:
     prompt_tokens: np.ndarray | None = None  # int64 [N, P], padded after prompt_lengths[n]
     prompt_lengths: np.ndarray | None = None  # int64 [N]
     costs: object = None  # fastspec.costs.CostTable
+    sampled: dict | None = None  # role key -> float64 [N, T]: the recorded token's logprob (sparse, optional)
+    extras: dict | None = None  # role key -> {"extra_ids": Source, "extra_logprobs": Source} (sparse, optional)
+    provenance: dict | None = None  # the parsed 'provenance' JSON object
 
 
 def check_structure(file: str, sources: dict[str, Source], verify: bool = False) -> Layout:
     """The :class:`Layout` of the dump made of ``sources`` (messages name ``file``); reads only small arrays
     (``verify``: checking their CRC-32 where the archive stores one)."""
-    roles, extras = _group(file, sources)
+    roles, extras, known = _group(file, sources)
     kind, drafts = _kind_and_drafts(file, roles)
     lead, V, k = _shapes(file, roles, kind)
     rank3 = len(lead) == 2
@@ -68,8 +73,12 @@ def check_structure(file: str, sources: dict[str, Source], verify: bool = False)
     prompt_tokens, prompt_lengths = _prompts(file, extras.get("prompt_tokens"), extras.get("prompt_lengths"), N, V,
                                              verify)
     costs = _costs(file, extras.get("costs"), verify)
+    sampled, extra_arrays = check_known(file, known, roles, kind, lead, rank3, lengths, tokens, verify)
+    mode, provenance = text_metadata(file, extras, verify)
+    if mode is not None:
+        metadata["logprobs_mode"] = mode
     return Layout(roles, kind, drafts, N, T, V, k, rank3, metadata, lengths, tokens, prompt_tokens, prompt_lengths,
-                  costs)
+                  costs, sampled, extra_arrays, provenance)
 
 
 def index_text(n: int, t: int, rank3: bool) -> str:
@@ -79,12 +88,25 @@ def index_text(n: int, t: int, rank3: bool) -> str:
 
 # ---- steps -----------------------------------------------------------------------------------------------------
 def _group(file, sources):
-    """Role arrays by role key and kind; the optional arrays by name.  Unknown names and empty arrays are refused."""
+    """Role arrays by role key and kind; the optional arrays by name; the optional per-role arrays
+    (:data:`~fastspec.io.format.KNOWN_KINDS`) by role key and kind.  Unknown names and empty arrays are refused."""
     roles: dict[str, dict[str, Source]] = {}
     extras: dict[str, Source] = {}
+    known: dict[str, dict[str, Source]] = {}
     for name, src in sources.items():
         parsed = parse_array_name(name)
-        if parsed is not None:
+        aux = parse_known_name(name) if parsed is None else None
+        if aux is not None:
+            role, kind, suffix = aux
+            if role == "target" and suffix is not None:
+                raise format_error(file, f"array {name!r}: the target takes no __name suffix; call it target_{kind}")
+            draft = None if role == "target" else (DEFAULT_DRAFT if suffix is None else _draft_name(file, name, suffix))
+            parts = known.setdefault(role_key(draft), {})
+            if kind in parts:
+                raise format_error(file, f"arrays {parts[kind].name!r} and {name!r} both hold {kind} of the draft "
+                                         f"named {draft!r}; keep one")
+            parts[kind] = src
+        elif parsed is not None:
             role, kind, suffix = parsed
             if role == "target" and suffix is not None:
                 raise format_error(file, f"array {name!r}: the target takes no __name suffix; call it target_{kind}")
@@ -94,15 +116,17 @@ def _group(file, sources):
                 raise format_error(file, f"arrays {parts[kind].name!r} and {name!r} both hold {kind} of the draft "
                                          f"named {draft!r}; keep one")
             parts[kind] = src
-        elif name in OPTIONAL_ARRAYS or name in METADATA:
+        elif name in OPTIONAL_ARRAYS or name in METADATA or name in TEXT_METADATA:
             extras[name] = src
         else:
             raise format_error(file, f"array {name!r}: unknown name; expected target_logits, draft_logits[__name], "
                                      "target_topk_ids/target_topk_logprobs, draft_topk_ids[__name]/draft_topk_logprobs"
-                                     f"[__name], {', '.join(OPTIONAL_ARRAYS)} or metadata {', '.join(METADATA)}")
+                                     "[__name], <role>_sampled_logprob / <role>_extra_ids / <role>_extra_logprobs"
+                                     f"[__name], {', '.join(OPTIONAL_ARRAYS)} or metadata "
+                                     f"{', '.join(METADATA + TEXT_METADATA)}")
         if any(s == 0 for s in src.shape):
             raise format_error(file, f"array {name!r}: empty array (shape {list(src.shape)})")
-    return roles, extras
+    return roles, extras, known
 
 
 def _draft_name(file, name, suffix):

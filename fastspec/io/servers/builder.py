@@ -6,16 +6,21 @@ prompt + continuation teacher-forced and return the top-k logprobs of every cont
 model is the distribution that predicts continuation token t, as in every dump (``data/README.md``).  With an
 engine that returns the logprobs of given ids (SGLang's ``token_ids_logprob``) each side also scores the other's
 top-k ids: both probabilities are then known on the union of the lists and the acceptance interval shrinks (the
-report says by how much); vLLM has no such field.
+report says by how much); vLLM has no such field.  Those logprobs go into the dump as each role's
+``extra_ids`` / ``extra_logprobs`` (per position, the other side's top-k ids outside the role's own), so
+``simulate`` and ``inspect`` use the tighter interval (:mod:`fastspec.acceptance`).
 
 Resumable: each finished prompt is one JSON file in the staging directory ``.fastspec-servers-<out name>.partial``
 next to
 the output, written atomically (temporary file + rename); a rerun with the same arguments and the same served
 models skips the prompts already there, a rerun with other arguments is refused.  The dump itself (with
-:func:`fastspec.io.save_dump`, so it is validated like every dump) and the side file ``<out>.servers.json`` (server
-names, versions, logprobs mode, k received, each sampled token's own logprob per model, the tight bounds) are
-written only once every prompt is done, each renamed into place: a file at ``out`` is always complete.  The
-staging directory is removed after that.
+:func:`fastspec.io.save_dump`, so it is validated like every dump) carries what an analysis needs: the top-k
+lists, each sampled token's own logprob per model (``<role>_sampled_logprob``), the extra known logprobs (tight
+mode), ``logprobs_mode`` and ``provenance`` (engine, served model name, version and url per role, k asked and
+received, seed).  The side file ``<out>.servers.json`` is the run's report (the same provenance, the prompt
+seeds, warnings, the tight-bounds shrink); nothing reads it back.  Both are written only once every prompt is
+done, each renamed into place: a file at ``out`` is always complete.  The staging directory is removed after
+that.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ import numpy as np
 
 from ..files import atomic_write_text
 from ...errors import InvalidInput, check_int
-from ..format import check_draft_name
+from ..format import LOGPROBS_MODES, check_draft_name
 from ..save import save_dump
 from .client import HttpClient, ServerError
 from .engines import make_engine
@@ -42,7 +47,6 @@ from .engines import make_engine
 __all__ = ["dump_from_servers", "ServerDumpResult", "prompt_seed", "staging_dir", "LOGPROBS_MODES",
            "union_bounds"]
 
-LOGPROBS_MODES = ("raw", "processed")
 STAGING_PREFIX = ".fastspec-servers-"
 SIDE_SUFFIX = ".servers.json"
 _FORMAT = 1
@@ -340,18 +344,19 @@ def _assemble(out, staging, prompts, done, servers, args, caps, resumed, compres
         k = k_rec[role]
         ids = np.tile(np.arange(k, dtype=np.int32), (N, T, 1))
         lps = np.full((N, T, k), -math.log(k) if k > 1 else 0.0, dtype=np.float32)
-        own[role] = []
+        own[role] = np.zeros((N, T), dtype=np.float32)
         for i in range(N):
             m = done[i]["models"][role]
             L = int(lengths[i])
             ids[i, :L] = np.array([row[:k] for row in m["ids"]], dtype=np.int32)
             lps[i, :L] = np.array([row[:k] for row in m["logprobs"]], dtype=np.float32)
-            own[role].append(m["own"])
+            own[role][i, :L] = np.array(m["own"], dtype=np.float32)
         arrays[role] = (ids, lps)
-    tight = None
-    if args["tight"] and len(roles) > 1:
-        tight = _tight_report(done, roles, lengths)
+    extras = _extra_arrays(done, roles, arrays, lengths) if args["tight"] and len(roles) > 1 else None
     s = args["sampling"]
+    provenance = {"source": "fastspec dump-server", "engine": args["engine"], "servers": servers,
+                  "logprobs_mode": args["logprobs_mode"], "top_logprobs_asked": args["top_logprobs"],
+                  "k_received": k_rec, "seed": args["seed"], "tight": args["tight"]}
     name = os.path.basename(os.path.abspath(out))
     tmp = os.path.join(staging, name)
     if os.path.exists(tmp):
@@ -359,12 +364,16 @@ def _assemble(out, staging, prompts, done, servers, args, caps, resumed, compres
     save_dump(tmp, arrays["target"], {r: arrays[r] for r in roles if r != "target"}, tokens=tokens,
               lengths=lengths, temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"],
               prompt_tokens=prompt_tokens, prompt_lengths=np.array([len(p) for p in prompts], dtype=np.int64),
-              ignore_eos=args["ignore_eos"], compressed=compressed)
+              ignore_eos=args["ignore_eos"], compressed=compressed, sampled_logprobs=own, extras=extras,
+              logprobs_mode=args["logprobs_mode"], provenance=provenance)
+    tight = _tight_report(tmp, roles) if args["tight"] and len(roles) > 1 else None
     side = {"format": _FORMAT, "dump": name, "servers": servers, "engine": args["engine"],
             "logprobs_mode": args["logprobs_mode"], "top_logprobs_asked": args["top_logprobs"],
             "k_received": k_rec, "sampling": s, "seed": args["seed"], "ignore_eos": args["ignore_eos"],
             "prompt_seeds": [prompt_seed(args["seed"], i) for i in range(N)],
-            "sampled_token_logprobs": own, "tight_bounds": tight,
+            "in_the_dump": "top-k lists, <role>_sampled_logprob, <role>_extra_ids/_extra_logprobs (tight), "
+                           "logprobs_mode, provenance",
+            "tight_bounds": tight,
             "tight_bounds_note": None if args["tight"] else
             (f"not fetched: the {args['engine']} server cannot return the logprobs of given ids"
              if args["engine"] == "vllm" else "not requested"),
@@ -377,34 +386,51 @@ def _assemble(out, staging, prompts, done, servers, args, caps, resumed, compres
                             servers=servers, tight_bounds=tight, warnings=notes)
 
 
-def _tight_report(done, roles, lengths) -> dict:
-    from ...acceptance import acceptance_bounds
+def _extra_arrays(done, roles, arrays, lengths) -> dict:
+    """{role: (ids, logprobs) [N, T, m]}: per position, the other side's top-k ids outside the role's own top-k
+    with the logprobs the role's server gave them (the target: every draft's; a draft: the target's); unused
+    slots (-1, -inf)."""
+    N, T = arrays["target"][0].shape[:2]
+    out = {}
+    for role in roles:
+        others = [r for r in roles if r != role] if role == "target" else ["target"]
+        rows = {}
+        for i in range(N):
+            ext = done[i]["models"][role]["extra"] or []
+            for t in range(int(lengths[i])):
+                mine = {int(x) for x in arrays[role][0][i, t]}
+                got = ext[t] if t < len(ext) else {}
+                want = sorted({int(x) for o in others for x in arrays[o][0][i, t]} - mine)
+                rows[i, t] = [(v, float(got[str(v)])) for v in want if str(v) in got]
+        m = max([len(r) for r in rows.values()] + [1])
+        ids = np.full((N, T, m), -1, dtype=np.int32)
+        lps = np.full((N, T, m), -np.inf, dtype=np.float32)
+        for (i, t), r in rows.items():
+            for j, (v, lp) in enumerate(r):
+                ids[i, t, j] = v
+                lps[i, t, j] = lp
+        out[role] = (ids, lps)
+    return out
+
+
+def _tight_report(path, roles) -> dict:
+    """Mean alpha interval per draft from the plain top-k lists and from everything the dump knows."""
+    from ...acceptance import dump_acceptance
+    from ..dump import load_dump
 
     rep = {}
-    for d in roles:
-        if d == "target":
+    with load_dump(path) as d:
+        plain = dump_acceptance(d, beyond_topk=False)
+        known = dump_acceptance(d)
+    for name in roles:
+        if name == "target":
             continue
-        lo_k, hi_k, lo_u, hi_u = [], [], [], []
-        for i in range(len(lengths)):
-            t, q = done[i]["models"]["target"], done[i]["models"][d]
-            L = int(lengths[i])
-            k1, k2 = min(len(r) for r in t["ids"]), min(len(r) for r in q["ids"])
-            lo, hi = acceptance_bounds(np.array([r[:k1] for r in t["ids"]]), np.array([r[:k1] for r in t["logprobs"]]),
-                                       np.array([r[:k2] for r in q["ids"]]), np.array([r[:k2] for r in q["logprobs"]]))
-            for j in range(L):
-                ub = union_bounds(t["ids"][j][:k1], t["logprobs"][j][:k1],
-                                  {int(a): b for a, b in (t["extra"][j] or {}).items()},
-                                  q["ids"][j][:k2], q["logprobs"][j][:k2],
-                                  {int(a): b for a, b in (q["extra"][j] or {}).items()})
-                lo_k.append(float(lo[j]))
-                hi_k.append(float(hi[j]))
-                a, b = ub if ub is not None else (lo[j], hi[j])
-                lo_u.append(max(float(a), float(lo[j])))
-                hi_u.append(min(float(b), float(hi[j])))
-        wk = float(np.mean(np.subtract(hi_k, lo_k)))
-        wu = float(np.mean(np.subtract(hi_u, lo_u)))
-        rep[d] = {"alpha_topk": [float(np.mean(lo_k)), float(np.mean(hi_k))],
-                  "alpha_union": [float(np.mean(lo_u)), float(np.mean(hi_u))],
-                  "width_topk": wk, "width_union": wu,
-                  "shrink": None if wk == 0 else 1.0 - wu / wk}
+        a, b = plain[name], known[name]
+        v = a.valid
+        wk = float(np.mean(a.upper[v] - a.lower[v]))
+        wu = float(np.mean(b.upper[v] - b.lower[v]))
+        rep[name] = {"alpha_topk": [float(a.lower[v].mean()), float(a.upper[v].mean())],
+                     "alpha_union": [float(b.lower[v].mean()), float(b.upper[v].mean())],
+                     "width_topk": wk, "width_union": wu,
+                     "shrink": None if wk == 0 else 1.0 - wu / wk}
     return rep
