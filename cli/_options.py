@@ -30,6 +30,33 @@ SEED_HELP = "an integer in [0, 2**63)"
 THREADS_HELP = "1..the CPUs this process may run on"
 
 
+POLICY_HELP = ("A draft-length policy replayed next to the fixed k (repeatable): fixed:k=K | "
+               "conf:theta=T,kmax=K[,on=token|max] (stop when the draft's probability of its token, or its max, "
+               "falls below T) | specdec:h=H,kmax=K[,on=token|max] (stop when 1 - prod of the drafts' probabilities "
+               ">= H) | hf[:k=20,schedule=constant|heuristic|heuristic_transient,theta=0.4,tune=roc|off] (Hugging "
+               "Face's assisted generation; bare hf: transformers 5.24's defaults).  Needs a dense dump with a model "
+               "draft; exact DP or Monte-Carlo (--trials, --seed), as the output says.")
+
+
+def policy_option(help: str = POLICY_HELP):
+    return typer.Option(None, "--policy", metavar="SPEC", help=help)
+
+
+def parse_policy_options(specs, flag: str = "--policy") -> list:
+    """The --policy values as :class:`fastspec.policies.Policy` (each once), checked before any work; a bad one is
+    one line naming the flag and why (exit 2)."""
+    from fastspec.errors import InvalidType
+    from fastspec.policies import parse_policy
+
+    out = []
+    for spec in specs or ():
+        try:
+            out.append(parse_policy(spec, name=flag))
+        except (InvalidInput, InvalidType) as exc:
+            raise FlagError(str(exc)) from None
+    return list(dict.fromkeys(out))
+
+
 def k_option(default: str = "4", extra: str = ""):
     return typer.Option(default, "--k", metavar="K", help=K_HELP + (" " + extra if extra else ""))
 

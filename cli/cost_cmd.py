@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
 from ._hf import check_drafts, import_hf, load_models, set_threads
-from ._options import (MAX_REPEATS, MAX_TOKENS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP,
+from ._options import (MAX_REPEATS, option_errors, MAX_TOKENS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP,
                        argument_errors, check_model_seed, check_range, check_threads, json_option, k_option,
                        min_p_option, parse_k, sampling_params, seed_option, target_option, temperature_option,
                        top_k_option, top_p_option)
@@ -48,12 +48,23 @@ def cost_command(
     threads: Optional[int] = typer.Option(None, "--threads", help=f"torch threads, {THREADS_HELP} (default "
                                           "min(2, cores))."),
     out: Optional[str] = typer.Option(None, "--out", metavar="FILE", help="Write the cost table (JSON) here."),
+    batch: Optional[str] = typer.Option(None, "--batch", metavar="B,...", help="Also measure the batch axis at these "
+                                        "batch sizes (1 to 4096, e.g. 1,2,4,8,16): forwards of B copies of the "
+                                        "context over n new tokens each, the drafts' and the per-step overhead at "
+                                        "B, in a second run of interleaved rounds; writes a version-2 table "
+                                        "(simulate --batch)."),
     as_json: bool = json_option("Print the cost table (JSON) on stdout."),
 ) -> None:
     """Time the real speculative loop's steps on this machine: target forwards over 1..k+1 tokens, each draft's
     forward over 1 and 2 tokens (or one n-gram proposal), and fastspec's overhead per step; write a cost table."""
     ks = parse_k(k)
     params = sampling_params(temperature, top_k, top_p, min_p)
+    batches = None
+    if batch is not None:
+        from fastspec.costs_batch import parse_batch_list
+
+        with option_errors("--batch"):
+            batches = parse_batch_list(batch, "batch")
     if prompts is not None and not os.path.isfile(prompts):
         fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
     check_range("--repeats", repeats, 1, MAX_REPEATS, "rounds")
@@ -82,12 +93,18 @@ def cost_command(
     with argument_errors(flags):  # the context and the largest k + 1 fit every model: before any forward
         check_cost_context(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
                            context_length=context_length)
-    start, advance, _, stop = progress_bar(stderr_console(), "measuring costs (rounds)", repeats + warmup, every=5)
+    with option_errors("--batch"):  # the largest batch forward within bounds, before any forward
+        if batches is not None:
+            from fastspec.hf.costs_batch import _check_size
+
+            _check_size(batches, max(ks), int(tmodel.get_output_embeddings().weight.shape[0]))
+    rounds = (repeats + warmup) * (2 if batches else 1)
+    start, advance, _, stop = progress_bar(stderr_console(), "measuring costs (rounds)", rounds, every=5)
     start()
     try:
         table = hf.measure_costs(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
                                  context_length=context_length, repeats=repeats, warmup=warmup, **params.as_dict(),
-                                 seed=seed, progress=advance)
+                                 seed=seed, progress=advance, batches=batches)
     finally:
         stop()
     if out is not None:
@@ -96,6 +113,8 @@ def cost_command(
         print_json(json.loads(table.to_json()))
         return
     _print_table(table, target)
+    if table.has_batch_axis:
+        _print_batch(table)
     if out is not None:
         typer.echo(f"wrote {out}")
 
@@ -129,3 +148,28 @@ def _print_table(table, target: str) -> None:
     con.print("× target(1): relative to one plain decoding forward. A verify step with k drafts costs the first draft "
               "forward (2 tokens after a step that accepted every draft), k - 1 one-token draft forwards (an n-gram "
               "draft: one call), the target forward over k + 1 tokens and the overhead (fastspec.costs).")
+
+
+def _print_batch(table) -> None:
+    con = stdout_console()
+    tab = Table(title="batch axis (version 2): ms±se at batch size B (n new tokens per sequence, each cache at the "
+                      "context length)", title_justify="left")
+    tab.add_column("what", no_wrap=True)
+    for b in table.batch_sizes:
+        tab.add_column(f"B={b}", justify="right", no_wrap=True)
+
+    def cells(axis, se, n):
+        return [f"{axis[b][n] * 1e3:.4g}±{se.get(b, {}).get(n, 0.0) * 1e3:.2g}" if n in axis.get(b, {}) else "-"
+                for b in table.batch_sizes]
+
+    for n in sorted({n for v in table.target_batch_s.values() for n in v}):
+        tab.add_row(f"target, n={n}", *cells(table.target_batch_s, table.target_batch_se, n))
+    for name, axis in table.draft_batch_s.items():
+        se = table.draft_batch_se.get(name, {})
+        for n in sorted({n for v in axis.values() for n in v}):
+            what = f"{name}: one call" if name in table.one_call else f"{name}, n={n}"
+            tab.add_row(what, *cells(axis, se, n))
+    for kk in sorted({n for v in table.overhead_batch_s.values() for n in v}):
+        tab.add_row("overhead, plain" if kk == 0 else f"overhead, k={kk}",
+                    *cells(table.overhead_batch_s, table.overhead_batch_se, kk))
+    con.print(tab)

@@ -17,7 +17,7 @@ from ._app import app
 from ._common import EXIT_RUNTIME
 
 #: the command modules, in the order of ``fastspec --help``; each registers its commands on ``app`` when imported
-COMMAND_MODULES = ("exact_cmd", "inspect_cmd", "simulate_cmd", "dump_cmd", "measure_cmd", "cost_cmd",
+COMMAND_MODULES = ("exact_cmd", "inspect_cmd", "simulate_cmd", "policy_cmd", "dump_cmd", "measure_cmd", "cost_cmd",
                    "audit_output_cmd", "dump_server_cmd")
 
 try:

@@ -12,7 +12,9 @@ from ._dask import open_scheduler
 from ._options import (check_sampling, check_seed, dump_argument, integrity_option, json_option, k_option,
                        min_p_option, option_errors, parse_k, scheduler_option, seed_option, temperature_option,
                        top_k_option, top_p_option)
+from ._options import parse_policy_options, policy_option
 from ._app import app
+from ._simulate_batch import batch_option, extrapolate_option
 
 
 def _fmt(v, digits=3):
@@ -79,6 +81,9 @@ def simulate_command(
                                        "'fastspec[plot]')."),
     scheduler: Optional[str] = scheduler_option(),
     integrity: bool = integrity_option(),
+    batch: Optional[str] = batch_option(),
+    batch_extrapolate: bool = extrapolate_option(),
+    policy: Optional[List[str]] = policy_option(),
 ) -> None:
     """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
     from fastspec.simulation import AGREEMENT_FALSE_ALARM, SimulateConfig, VerifyCost, simulate
@@ -86,6 +91,7 @@ def simulate_command(
                                             variants)
 
     ks = parse_k(k)
+    policies = parse_policy_options(policy)
     given = check_sampling(temperature, top_k, top_p, min_p)
     with option_errors("--mode"):
         check_mode(mode)
@@ -125,12 +131,18 @@ def simulate_command(
                 parse_ngram_draft(name, max(ks))
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
+    from ._simulate_batch import batch_plot_path, predict, prepare
+
+    batches, batch_table = prepare(batch, batch_extrapolate, dump=dump, table=table, costs=costs, ks=ks,
+                                   relative=draft_cost is not None or verify_cost is not None)
     plt, plot = (None, None) if plot is None else _plot_target(plot)
+    batch_plot = _plot_target(batch_plot_path(plot))[1] if plot is not None and batches else None
     config = SimulateConfig(k=ks, drafts=draft or None, sampling=given or None, mode=mode, trials=trials, seed=seed,
                             draft_cost=draft_cost, verify_cost=verify_cost, verify=verify, candidates=candidates,
                             candidate_sampling=candidate_sampling, block_trials=block_trials,
                             draft_sampling=draft_sampling,
-                            costs=False if costs is not None and table is None else table)
+                            costs=False if costs is not None and table is None else table,
+                            policies=policies or None)
 
     console = stderr_console()
     start, advance, set_total, stop = progress_bar(console, "simulating", None) if not as_json else (None,) * 4
@@ -144,11 +156,20 @@ def simulate_command(
         if stop is not None:
             stop()
 
+    bp = predict(res, batch_table, batches, batch_extrapolate) if batches else None
     # the results first: a plot that cannot be written after all never costs them
     if as_json:
-        print_json(res.as_dict())
+        print_json({**res.as_dict(), **({"batch": bp.as_dict()} if bp is not None else {})})
     else:
         _print_human(res)
+        if res.policies:
+            from .policy_cmd import print_policies
+
+            print_policies(res)
+        if bp is not None:
+            from ._simulate_batch import print_batch
+
+            print_batch(bp)
     for r in res.disagreements:
         typer.echo(f"fastspec: WARNING: draft {r.draft!r} k={r.k}: {_disagreement(r)}; a correct replay fails such "
                    f"a check with probability {AGREEMENT_FALSE_ALARM:g}: likely a bug", err=True)
@@ -161,6 +182,17 @@ def simulate_command(
             typer.echo(f"fastspec: plot written to {plot}", err=True)
         else:
             stdout_console().print(f"plot written to {plot}")
+    if batch_plot is not None:
+        from ._simulate_batch import plot_batch
+
+        try:
+            plot_batch(bp, batch_plot, plt)
+        except (OSError, ValueError, RuntimeError) as exc:
+            fail(f"--plot {batch_plot}: the plot could not be written ({exc})", EXIT_RUNTIME)
+        if as_json:
+            typer.echo(f"fastspec: plot written to {batch_plot}", err=True)
+        else:
+            stdout_console().print(f"plot written to {batch_plot}")
 
 
 def _disagreement(r) -> str:

@@ -26,6 +26,25 @@ to a file, or someone measured a GPU deployment by hand)::
 * ``overhead_s[k]``: everything else fastspec does in a step with k drafts (sampling the drafts, ``verify_logits``,
   cropping both caches); ``overhead_s["0"]`` is a plain decoding step's sampling (required).
 
+**Version 2: the batch axis.**  ``"version": 2`` tables hold everything above unchanged (it is batch 1) and may add,
+for batch sizes B in [1, :data:`MAX_BATCH_SIZE`]::
+
+      "target": {..., "batch_forward_s": {"8": {"1": 0.031, "5": 0.052}}, "batch_forward_s_se": {...}},
+      "drafts": {"exit24": {..., "batch_forward_s": {"8": {"1": 0.025, "2": 0.027}}},
+                 "ngram":  {..., "batch_forward_s": {"8": {"1": 0.00015}}}},     # one call for the whole batch
+      "batch_overhead_s": {"8": {"0": 0.002, "4": 0.004}}, "batch_overhead_s_se": {...}
+
+* ``target.batch_forward_s[B][n]``: one target forward of B sequences with n new tokens each (B n tokens), every
+  sequence's KV cache holding ``context_length`` tokens; likewise ``drafts[name].batch_forward_s[B][n]`` (a
+  one-call draft: ``{"B": {"1": seconds}}``, one proposal call for the batch) and ``batch_overhead_s[B][k]``
+  (fastspec's -- or an engine's -- per-step work besides the forwards for B sequences with k drafts each);
+* at B = 1 an entry of the batch axis, when given, takes precedence over the version-1 entry of the same n (k);
+  the version-1 entries are the batch-1 ones otherwise.  :attr:`CostTable.batch_sizes` lists 1 and the B of
+  ``target.batch_forward_s``; :meth:`CostTable.batch` prices a step at B (:mod:`fastspec.costs_batch`: missing
+  entries are named, never substituted unless extrapolation is asked for).  A version-1 table naming a batch
+  field is refused; :meth:`CostTable.as_dict` writes version 2 exactly when the table has a batch field (or was
+  read as version 2).
+
 Nothing is substituted: a k whose ``target.forward_s[k + 1]`` or ``overhead_s[k]`` the table lacks is not priced
 (the simulator says which entries are missing), and plain decoding is always ``target(1) + overhead(0)``.  Times
 lie in [1e-9, 1e6] seconds (standard errors in [0, 1e6]), keys are integers up to 2**20, ``threads``,
@@ -47,20 +66,25 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from .config import MAX_ENTRY_N, MAX_TABLE_BYTES, SECONDS_RANGE
 from .errors import InvalidInput, InvalidType, shown
 
-__all__ = ["CostTable", "LoopCost", "COST_TABLE_VERSION", "MAX_TABLE_BYTES", "SECONDS_RANGE", "read_json_file",
-           "parse_json"]
+__all__ = ["CostTable", "LoopCost", "COST_TABLE_VERSION", "COST_TABLE_VERSIONS", "MAX_BATCH_SIZE", "MAX_TABLE_BYTES",
+           "SECONDS_RANGE", "read_json_file", "parse_json"]
 
-COST_TABLE_VERSION = 1
+#: the newest schema (2: the batch axis); every version in COST_TABLE_VERSIONS is read
+COST_TABLE_VERSION = 2
+COST_TABLE_VERSIONS = (1, 2)
+#: the largest batch size a table (and ``simulate --batch``) may name
+MAX_BATCH_SIZE = 4096
+_BATCH_KEYS = {"batch_forward_s", "batch_forward_s_se"}
 _TOP_KEYS = {"version", "machine", "threads", "context_length", "target", "drafts", "overhead_s", "overhead_s_se",
-             "repeats", "note"}
-_TARGET_KEYS = {"forward_s", "forward_s_se"}
-_DRAFT_KEYS = {"forward_s", "forward_s_se", "one_call_per_step"}
+             "repeats", "note", "batch_overhead_s", "batch_overhead_s_se"}
+_TARGET_KEYS = {"forward_s", "forward_s_se"} | _BATCH_KEYS
+_DRAFT_KEYS = {"forward_s", "forward_s_se", "one_call_per_step"} | _BATCH_KEYS
 _MAX_TEXT = 10_000  # characters of the free-text fields (machine, note)
 
 
@@ -153,6 +177,40 @@ def _optional(obj, key, where, first):
     return _seconds(obj[key], f"{where}.{key}", first=first, positive=False) if key in obj else {}
 
 
+def _batch_axis(obj, key, where, *, first: int, positive: bool = True, only_n1: bool = False) -> dict:
+    """{B: {n: seconds}} of a version-2 batch field (``batch_forward_s``, ``batch_overhead_s`` and their ``_se``):
+    batch sizes B in [1, :data:`MAX_BATCH_SIZE`], each an object of n (or k) >= ``first`` -> seconds; absent: {}.
+    ``only_n1``: a one-call draft's entries are ``{"B": {"1": s}}``."""
+    if key not in obj:
+        return {}
+    out = {}
+    for b, bkey, val in int_keyed(obj[key], f"cost table: {where}{key}", 1, '{"B": {"n": seconds, ...}, ...}'):
+        if b > MAX_BATCH_SIZE:
+            raise InvalidInput(f"cost table: {where}{key}: batch size {bkey!r} is outside [1, {MAX_BATCH_SIZE}]")
+        out[b] = _seconds(val, f"{where}{key}[{bkey!r}]", first=first, positive=positive)
+        if only_n1 and set(out[b]) != {1}:
+            raise InvalidInput(f"cost table: {where}{key}[{bkey!r}] must be {{\"1\": seconds}}: a one-call draft "
+                               "(one_call_per_step) records one proposal call for the whole batch")
+    return out
+
+
+def _batch_pair(obj, key, where, *, first: int, only_n1: bool = False) -> tuple[dict, dict]:
+    return (_batch_axis(obj, key, where, first=first, only_n1=only_n1),
+            _batch_axis(obj, key + "_se", where, first=first, positive=False, only_n1=only_n1))
+
+
+def _batch_fields_need_v2(obj) -> None:
+    """A version-1 table names no batch field (it is batch 1 only)."""
+    drafts = obj.get("drafts")
+    places = [("", obj), ("target.", obj.get("target"))]
+    places += [(f"drafts[{n!r}].", e) for n, e in drafts.items()] if isinstance(drafts, Mapping) else []
+    for where, o in places:
+        keys = sorted(str(key) for key in o if str(key).startswith("batch_")) if isinstance(o, Mapping) else []
+        if keys:
+            raise InvalidInput(f"cost table: {where}{keys[0]} needs \"version\": 2 (a version-1 table is batch 1 "
+                               "only)")
+
+
 def _unknown(obj, allowed, where):
     extra = set(obj) - allowed
     if extra:
@@ -192,16 +250,27 @@ class CostTable:
     draft_forward_se: dict
     overhead_se: dict
     info: dict  # machine, threads, context_length, repeats, note
+    #: the schema version read (1 or 2); :meth:`as_dict` writes 2 whenever a batch field is present
+    version: int = 1
+    #: version 2, the batch axis: {B: {n: seconds}} of a target forward over B sequences with n new tokens each
+    target_batch_s: dict = field(default_factory=dict)
+    target_batch_se: dict = field(default_factory=dict)
+    draft_batch_s: dict = field(default_factory=dict)  # name -> {B: {n: seconds}} (a one-call draft: n = 1 only)
+    draft_batch_se: dict = field(default_factory=dict)
+    overhead_batch_s: dict = field(default_factory=dict)  # {B: {k: seconds}}
+    overhead_batch_se: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, obj) -> "CostTable":
         if not isinstance(obj, Mapping):
             raise InvalidType(f"cost table must be a JSON object, got {type(obj).__name__}")
         _unknown(obj, _TOP_KEYS, "")
-        version = obj.get("version", COST_TABLE_VERSION)
-        if type(version) is not int or version != COST_TABLE_VERSION:
-            raise InvalidInput(f"cost table: version {version!r} is not supported (expected the integer "
-                               f"{COST_TABLE_VERSION})")
+        version = obj.get("version", 1)
+        if type(version) is not int or version not in COST_TABLE_VERSIONS:
+            raise InvalidInput(f"cost table: version {version!r} is not supported (expected the integer 1, or 2 "
+                               "for a table with a batch axis)")
+        if version == 1:
+            _batch_fields_need_v2(obj)
         for key in ("target", "drafts", "overhead_s"):
             if key not in obj:
                 raise InvalidInput(f"cost table: {key!r} is missing")
@@ -215,7 +284,7 @@ class CostTable:
         drafts = obj["drafts"]
         if not isinstance(drafts, Mapping):
             raise InvalidInput("cost table: drafts must be an object {name: {forward_s: {...}}}")
-        df, dse, one = {}, {}, set()
+        df, dse, one, dbs, dbse = {}, {}, set(), {}, {}
         for name, entry in drafts.items():
             if not isinstance(entry, Mapping) or "forward_s" not in entry:
                 raise InvalidInput(f"cost table: drafts[{name!r}] must be an object with forward_s")
@@ -229,12 +298,35 @@ class CostTable:
                 raise InvalidInput(f"cost table: drafts[{name!r}].one_call_per_step must be true or false")
             if flag:
                 one.add(name)
+            dbs[name], dbse[name] = _batch_pair(entry, "batch_forward_s", f"drafts[{name!r}].", first=1,
+                                                only_n1=flag)
         ov = _seconds(obj["overhead_s"], "overhead_s", first=0)
         if 0 not in ov:
             raise InvalidInput("cost table: overhead_s needs k = 0 (a plain decoding step's sampling): every "
                                "speed-up is relative to plain decoding")
+        tbs, tbse = _batch_pair(target, "batch_forward_s", "target.", first=1)
+        obs, obse = _batch_pair(obj, "batch_overhead_s", "", first=0)
         return cls(tf, df, frozenset(one), ov, _optional(target, "forward_s_se", "target", 1), dse,
-                   _optional(obj, "overhead_s_se", "cost table", 0), _info(obj))
+                   _optional(obj, "overhead_s_se", "cost table", 0), _info(obj), version, tbs, tbse,
+                   {n: v for n, v in dbs.items() if v}, {n: v for n, v in dbse.items() if v}, obs, obse)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """The batch sizes the table's target forwards cover: 1 (the version-1 entries) and every B of
+        ``target.batch_forward_s``, sorted.  Pricing a step at B needs more (the overhead and the draft at B;
+        :mod:`fastspec.costs_batch` names what is missing)."""
+        return sorted({1, *self.target_batch_s})
+
+    @property
+    def has_batch_axis(self) -> bool:
+        """Whether the table has any version-2 batch field."""
+        return bool(self.target_batch_s or self.overhead_batch_s or any(self.draft_batch_s.values()))
+
+    def batch(self, batch: int, draft: str | None = None, *, extrapolate: bool = False):
+        """The pricing of a step at batch size ``batch`` (:class:`fastspec.costs_batch.BatchCost`)."""
+        from .costs_batch import BatchCost
+
+        return BatchCost(self, batch, draft, extrapolate=extrapolate)
 
     @classmethod
     def from_json(cls, text: str, what: str = "cost table") -> "CostTable":
@@ -300,10 +392,24 @@ class CostTable:
                 drafts[name]["forward_s_se"] = keyed(self.draft_forward_se[name])
             if name in self.one_call:
                 drafts[name]["one_call_per_step"] = True
-        out = {"version": COST_TABLE_VERSION, **self.info, "target": target, "drafts": drafts,
+        def axis(d):
+            return {str(b): keyed(v) for b, v in sorted(d.items())}
+
+        for key, src in (("batch_forward_s", self.target_batch_s), ("batch_forward_s_se", self.target_batch_se)):
+            if src:
+                target[key] = axis(src)
+        for name in drafts:
+            for key, src in (("batch_forward_s", self.draft_batch_s), ("batch_forward_s_se", self.draft_batch_se)):
+                if src.get(name):
+                    drafts[name][key] = axis(src[name])
+        version = 2 if self.has_batch_axis or self.version == 2 else 1
+        out = {"version": version, **self.info, "target": target, "drafts": drafts,
                "overhead_s": keyed(self.overhead_s)}
         if self.overhead_se:
             out["overhead_s_se"] = keyed(self.overhead_se)
+        for key, src in (("batch_overhead_s", self.overhead_batch_s), ("batch_overhead_s_se", self.overhead_batch_se)):
+            if src:
+                out[key] = axis(src)
         return out
 
     def to_json(self) -> str:

@@ -41,7 +41,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..costs import COST_TABLE_VERSION, CostTable
+from ..costs import CostTable
 from ..errors import InvalidInput, InvalidType
 from ..ngram import NgramProposer
 from ..params import SamplingParams
@@ -216,7 +216,8 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
                   context: Sequence[int] | None = None, context_length: int | None = None,
                   prompts: Sequence[Sequence[int]] | None = None, max_new_tokens: int = 64, repeats: int = 20,
                   warmup: int = DEFAULT_WARMUP, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                  min_p: float = 0.0, seed: int = 0, progress: Callable[[int], None] | None = None) -> CostTable:
+                  min_p: float = 0.0, seed: int = 0, progress: Callable[[int], None] | None = None,
+                  batches: Sequence[int] | None = None) -> CostTable:
     """Measure the cost table of the real loop for ``target`` and ``drafts`` on this machine (module docstring).
 
     ``drafts``: {name: model or :class:`fastspec.ngram.NgramProposer`} (none: the target's entries and the plain
@@ -229,7 +230,9 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
     :data:`DEFAULT_CONTEXT_LENGTH`) random token ids.  The sampling parameters are those of the draws and of
     ``verify_logits`` in the overhead.  ``repeats`` rounds are kept after ``warmup`` discarded ones; ``progress(1)``
     is called after each round.  Returns a validated :class:`fastspec.costs.CostTable` that records the machine,
-    torch's thread count, the context length, the repeats and a note on the method."""
+    torch's thread count, the context length, the repeats and a note on the method.  ``batches`` (batch sizes in
+    [1, 4096]): also the version-2 batch axis at those B on the same context, in a second interleaved run of
+    ``warmup`` + ``repeats`` rounds (:mod:`fastspec.hf.costs_batch`; ``progress`` is then called twice as often)."""
     params = SamplingParams(temperature, top_k, top_p, min_p)
     sp = params.as_dict()
     ks = _ks(kmax, ks)
@@ -241,9 +244,17 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
     for name, m in models.items():
         if _vocab(m) != V:
             raise InvalidInput(f"draft {name}: its LM head has {_vocab(m)} outputs but the target's has {V}")
+    if batches is not None:
+        from ..costs_batch import parse_batch_list
+        from .costs_batch import _check_size
+
+        batches = parse_batch_list(list(batches) if not isinstance(batches, (int, str)) else batches, "batches")
+        _check_size(batches, max(ks), V)
     K = max(ks)
     toks, C = _context(target, models, context=context, context_length=context_length, prompts=prompts,
                        max_new_tokens=max_new_tokens, extra=K + 1, seed=seed)
+    if batches is not None:  # the batched caches fit, before any timing
+        _check_size(batches, K, V, C, 1 + len(models))
     ctx = toks[:C]
     rng = np.random.default_rng(seed)
 
@@ -345,11 +356,18 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
             f"standard error of the median (order-statistic 95% interval / 3.92); overhead_s[k>0]: {flavour}; "
             f"overhead_s[0]: one draw; sampling {params.describe() if params.filtered else f'T={temperature:g}'}; "
             f"V={V}; torch {torch.__version__}, transformers {transformers.__version__}")
-    return CostTable.from_dict({
-        "version": COST_TABLE_VERSION, "machine": machine_name(), "threads": int(threads),
+    table = CostTable.from_dict({
+        "version": 1, "machine": machine_name(), "threads": int(threads),
         "context_length": C, "repeats": repeats, "note": note,
         "target": {"forward_s": _keyed(tf), "forward_s_se": _keyed(tse)},
         "drafts": out_drafts, "overhead_s": _keyed(ov), "overhead_s_se": _keyed(ose)})
+    if batches is None:
+        return table
+    from .costs_batch import batch_axis, measure_batch_costs
+
+    fields = batch_axis(target, models, ngrams, toks=toks, C=C, batches=batches, ks=ks, params=params,
+                        repeats=repeats, warmup=warmup, seed=seed, progress=progress, V=V)
+    return measure_batch_costs(table, fields, batches)
 
 
 def _keyed(d: dict) -> dict:

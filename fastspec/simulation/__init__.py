@@ -64,6 +64,9 @@ from .config import DRAFT_SAMPLING, MODES, SIMULATED_SAMPLING, SimulateConfig, p
 from .costs import CostModel, VerifyCost
 from .rows import Context, ngram_rows, token_row, variant_row
 from .argmax import argmax_acceptance
+from .policy_eval import PolicyEstimate, evaluate_policy
+from .policy_rows import POLICY_ASSUMPTION, check_policy_drafts, policy_rows
+from .policy_search import PolicySearch, search_policies
 from .ngram import NGRAM_ASSUMPTION, NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
 from .results import (ARGMAX_ASSUMPTION, ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
                       SimulationResult, sampling_warnings)
@@ -71,7 +74,8 @@ from .speedup import FlagPricing, TablePricing, best_overall, best_per_draft, ve
 
 __all__ = ["simulate", "SimulateConfig", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult", "SimulationResult",
            "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "AGREEMENT_Z", "VERIFY_METHODS",
-           "SIMULATED_SAMPLING", "DRAFT_SAMPLING"]
+           "SIMULATED_SAMPLING", "DRAFT_SAMPLING", "evaluate_policy", "search_policies", "PolicyEstimate",
+           "PolicySearch"]
 
 #: the verification methods the simulator replays: the registry's (:data:`fastspec.methods.VERIFICATION_METHODS`)
 VERIFY_METHODS = tuple(VERIFICATION_METHODS)
@@ -146,7 +150,10 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
     its top-1 token, judged with a one-hot q, as vLLM V1: acceptance p_t(argmax q_t);
     :mod:`fastspec.simulation.argmax`); with w candidates, argmax drafts are the top-w draft tokens (the same as
     ``candidate_sampling="deterministic"``, which implies argmax drafts at every w).  ``client``: a
-    ``dask.distributed.Client`` for the alpha pass.
+    ``dask.distributed.Client`` for the alpha pass.  ``policies``: draft-length policies (``"conf:theta=0.4,kmax=8"``,
+    ... :data:`fastspec.policies.POLICY_GRAMMAR`) replayed on every model draft of a dense dump, as
+    ``result.policies`` (rows of kind "policy": exact DP or Monte-Carlo with ``trials`` replays,
+    :mod:`fastspec.simulation.policy_eval`).
     ``verify``, ``candidates``, ``candidate_sampling``, ``block_trials`` (2 to 10**7 replays per sequence):
     verification variants reported side by side.  ``progress_total(n)`` is called once with the units of work
     and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row, an n-gram draft
@@ -168,6 +175,7 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
     trials, batches, seed, bt = config.trials, config.batches, config.seed_value, config.block_trials
     pricing, wanted, costs = config.pricing, config.draft_list, config.costs
     candidate_sampling, draft_mode = config.candidate_mode, config.draft_mode
+    policies = config.policy_list
     progress, progress_total = _check_callback("progress", progress), _check_callback("progress_total", progress_total)
     d, own = _open(dump, client, verify_integrity)
     try:
@@ -188,8 +196,10 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
             raise InvalidInput(f"{d.path}: {what} needs the full target and draft distributions (dense logits); "
                                "this dump is sparse top-k: use token verification with one candidate, or a dense "
                                "dump")
+        check_policy_drafts(d, names, policies)
         units = (len(names) * len(ks) * sum(_progress_units(d, mode, trials, bt, v, w) for v, w in variant_list)
-                 + len(ngrams) * d.N + (d.N if names else 0))  # the alpha pass counts one unit per sequence
+                 + len(ngrams) * d.N + (d.N if names else 0)  # the alpha pass counts one unit per sequence
+                 + len(names) * len(policies) * d.N)
         if progress_total is not None:
             progress_total(units)
         tick = _sequence_ticks(progress, d.T)
@@ -251,9 +261,13 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
         if isinstance(pricing, TablePricing) and pricing.source == "dump" and d.costs_differ:
             warnings.append("the shards recorded different cost tables (measured apart), or some recorded none; the "
                             "first recorded table is used: give one table with --costs to choose")
+        prows = policy_rows(d, names, policies, sp, trials, seed, pricing, progress) if policies else []
+        if policies:
+            config["policies"] = [p.name for p in policies]
+            assumptions.append(POLICY_ASSUMPTION)
         top = best_overall(results) if pricing is not None else None
         return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions, top,
-                                verdict(top, pricing))
+                                verdict(top, pricing), prows)
     finally:
         if own:
             d.close()

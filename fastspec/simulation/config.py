@@ -261,7 +261,9 @@ class SimulateConfig:
     (``[(verify, candidates)]``), ``trials`` / ``batches`` / ``block_trials`` (rounded to whole batches),
     ``seed_value`` (the seed's 64 bits), ``draft_list`` (names or None), ``overrides`` (the explicit sampling
     settings), ``pricing`` (relative flags or a given cost table; None: the dump's recorded table, if any),
-    ``draft_mode`` and ``candidate_mode`` (the resolved draft and candidate sampling).
+    ``draft_mode`` and ``candidate_mode`` (the resolved draft and candidate sampling).  ``policies``: draft-length
+    policies (specs of :data:`fastspec.policies.POLICY_GRAMMAR` or Policy objects) reported as rows of kind
+    "policy" (``policy_list``, parsed).
     A new simulator setting is one new field here (with its check in ``__post_init__``).
     """
 
@@ -280,6 +282,7 @@ class SimulateConfig:
     candidate_sampling: str | None = None
     block_trials: int | None = None
     draft_sampling: str | None = None
+    policies: Any = None
     ks: list = field(init=False, repr=False, compare=False)
     variant_list: list = field(init=False, repr=False, compare=False)
     seed_value: int = field(init=False, repr=False, compare=False)
@@ -288,6 +291,7 @@ class SimulateConfig:
     pricing: Any = field(init=False, repr=False, compare=False)
     draft_mode: str = field(init=False, repr=False, compare=False)
     candidate_mode: str = field(init=False, repr=False, compare=False)
+    policy_list: list = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         put = object.__setattr__
@@ -305,6 +309,12 @@ class SimulateConfig:
         draft_mode, candidate_mode = draft_modes(self.draft_sampling, self.candidate_sampling)
         put(self, "draft_mode", draft_mode)
         put(self, "candidate_mode", candidate_mode)
+        from ..policies import parse_policies
+
+        put(self, "policy_list", parse_policies(self.policies, name="policies"))
+        if self.policy_list and draft_mode == "argmax":
+            raise InvalidInput("policies replay sampled drafts (x ~ q, as Hugging Face and fastspec's loop draft): "
+                               "drop --draft-sampling argmax / deterministic candidates, or the policies")
         if draft_mode == "argmax" and any(v == "block" for v, _ in self.variant_list):
             raise InvalidInput("block verification with argmax drafts is not simulated: its acceptance with a one-hot "
                                "q is not derived here; use token verification (--verify token) with argmax drafts, "

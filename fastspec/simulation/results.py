@@ -1,7 +1,7 @@
 """What :func:`fastspec.simulate` returns; ``as_dict()`` is the command line's ``--json`` object (names stable)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["DraftKResult", "SimulationResult", "ASSUMPTIONS", "VARIANT_ASSUMPTIONS", "BLOCK_EXACT_REASON",
            "ARGMAX_ASSUMPTION",
@@ -131,11 +131,14 @@ class SimulationResult:
     best_overall: dict | None = None
     #: one plain sentence on what the best draft buys (or why no speed-up was computed)
     verdict: str = ""
+    #: rows of kind "policy" (fastspec.simulation.policy_rows.PolicyRow): one per (model draft, policy)
+    policies: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"dump": self.dump, "config": self.config, "results": [r.as_dict() for r in self.results],
                 "best": self.best, "best_overall": self.best_overall, "verdict": self.verdict,
-                "warnings": self.warnings, "alpha_summary": self.alpha_summary, "assumptions": self.assumptions}
+                "warnings": self.warnings, "alpha_summary": self.alpha_summary, "assumptions": self.assumptions,
+                "policies": [p.as_dict() for p in self.policies]}
 
     @property
     def disagreements(self) -> list[DraftKResult]:
