@@ -14,6 +14,7 @@ from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKEN
                        json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
                        target_option, temperature_option, top_k_option, top_p_option)
 from ._app import app
+from ._engine_hf import POLICY_HELP, check_hf_engine, check_policies, render_policy_rows
 
 DRAFT_HELP = ("NAME=MODEL (repeatable); MODEL: directory, .gguf file, exitL (the target's first L layers), or an "
               "n-gram prompt-lookup draft: ngram (n-grams of 1 to 3 tokens) or ngramMIN-MAX (also ngram:MIN-MAX), "
@@ -67,8 +68,12 @@ def measure_command(
     threads: Optional[int] = typer.Option(None, "--threads", help=f"torch threads, {THREADS_HELP} (default "
                                           "min(2, cores))."),
     engine: str = typer.Option("fastspec", "--engine", help="Whose speculative decoding is measured: fastspec (its "
-                               "own loop, torch) or vllm (vLLM's offline engine, in its own environment: "
-                               "--vllm-python; drafts are model directories or ngram.vllm...; needs --ignore-eos)."),
+                               "own loop, torch), hf (also Hugging Face's assisted generation, "
+                               "generate(assistant_model=...), with transformers' defaults and each k; ngram.hf "
+                               "drafts: its prompt lookup; needs --ignore-eos) or vllm (vLLM's offline engine, in "
+                               "its own environment: --vllm-python; drafts are model directories or ngram.vllm...; "
+                               "needs --ignore-eos)."),
+    policy: Optional[List[str]] = typer.Option(None, "--policy", metavar="SPEC", help=POLICY_HELP),
     vllm_python: Optional[str] = typer.Option(None, "--vllm-python", metavar="PYTHON", help="The Python of vLLM's "
                                               "environment (default $FASTSPEC_VLLM_PYTHON; scripts/vllm_env.sh "
                                               "makes one)."),
@@ -89,7 +94,10 @@ def measure_command(
     params = sampling_params(temperature, top_k, top_p, min_p)
     from ._engine_vllm import check_engine_flags, measure_vllm
 
-    check_engine_flags(engine, draft_sample_method=draft_sample_method, vllm_python=vllm_python, runs_dir=runs_dir,
+    policies = check_policies(engine, policy)
+    hf_engine = check_hf_engine(engine, hf_generate=hf_generate, ignore_eos=ignore_eos)
+    check_engine_flags("fastspec" if hf_engine else engine, draft_sample_method=draft_sample_method,
+                       vllm_python=vllm_python, runs_dir=runs_dir,
                        ignore_eos=ignore_eos, not_for_vllm={
                            "--dump": dump is not None, "--save-dump": save_dump is not None,
                            "--top-k-save": top_k_save is not None, "--costs": costs is not None,
@@ -143,7 +151,8 @@ def measure_command(
                                         ignore_eos=ignore_eos, seed=seed, repeats=repeats, max_prompts=max_prompts,
                                         dump=dump, save_dump=save_dump, top_k_save=top_k_save, costs=table,
                                         cost_repeats=cost_repeats, hf_generate=hf_generate, trials=trials,
-                                        progress=stage_progress(stderr_console()))
+                                        progress=stage_progress(stderr_console()), policies=policies,
+                                        hf_engine=hf_engine)
     except (InvalidInput, InvalidType) as exc:  # told about the option the user typed
         argument = getattr(exc, "argument", None)
         if argument == "max_new_tokens":
@@ -158,11 +167,14 @@ def measure_command(
               "max_prompts": max_prompts, "k": ks, **params.as_dict(), "max_new_tokens": max_new_tokens,
               "ignore_eos": ignore_eos, "seed": seed, "repeats": repeats, "dump": report.dump,
               "dump_kind": report.dump_kind, "costs": costs if costs is not None else "measured",
-              "threads": report.threads, "order": meas.settings["order"]}
+              "threads": report.threads, "order": meas.settings["order"], "engine": engine,
+              "policies": [p.name for p in policies], "skipped": meas.settings.get("skipped", []),
+              "sklearn_importable": meas.settings.get("sklearn_importable")}
     if as_json:
         print_json({"config": config, **report.as_dict()})
         return
     _print_tables(report.rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, report.warnings)
+    render_policy_rows(stdout_console(), report.rows, meas)
 
 
 def _print_tables(rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, warnings) -> None:
@@ -174,7 +186,9 @@ def _print_tables(rows, meas, params, temperature, ids, max_new_tokens, ignore_e
     for c in ("draft", "k", "predicted", "measured (95% CI)", "rel. error", "steps", "ms/token draft+target+verify"):
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
     for r, m in zip(rows, meas, strict=True):
-        p = r["predicted"]
+        if m.policy is not None or m.engine != "fastspec":  # the policy table (render_policy_rows)
+            continue
+        p = r["predicted"] or {"mean_acceptance_length_exact": None, "lower": None}
         if p["mean_acceptance_length_exact"] is not None:
             ci = p["ci95_over_prompts"]
             ptxt = f"{p['mean_acceptance_length_exact']:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
@@ -213,8 +227,11 @@ def _print_tables(rows, meas, params, temperature, ids, max_new_tokens, ignore_e
         sp = r.get("speedup") or {}
         err, z = sp.get("relative_error"), sp.get("z_difference")
         etxt = "-" if err is None else f"{100 * err:+.1f}%" + ("" if z is None else f" ({z:+.1f})")
-        clock.add_row(f"{m.draft} k={m.k}", f"{m.clock.tokens_per_s:.2f}", f"{m.clock.end_to_end_tokens_per_s:.2f}",
-                      _fmt_ci(m.speedup), _fmt_ci(sp.get("predicted")), etxt)
+        hf_base = m.engine != "fastspec" and m.speedup_vs_hf_plain is not None  # its own code path's baseline
+        clock.add_row(m.label + (" (vs HF plain)" if hf_base else ""), f"{m.clock.tokens_per_s:.2f}",
+                      f"{m.clock.end_to_end_tokens_per_s:.2f}",
+                      _fmt_ci(m.speedup_vs_hf_plain if hf_base else m.speedup),
+                      _fmt_ci(sp.get("predicted")), etxt)
     out.print(clock)
     if meas.runner_vs_generate is not None:
         v = meas.runner_vs_generate

@@ -91,7 +91,7 @@ def _check_size(batches, K: int, V: int, C: int | None = None, models: int = 1) 
     if C is not None and sum(batches) * (C + K + 1) * models > MAX_CACHED_TOKENS:
         raise InvalidInput(f"batches: the batched KV caches of B = {','.join(map(str, batches))} at a context of {C} "
                            f"tokens ({models} model(s)) would hold {sum(batches) * (C + K + 1) * models} positions; "
-                           f"at most {MAX_CACHED_TOKENS} (give smaller batch sizes or a shorter --context-length)")
+                           f"at most {MAX_CACHED_TOKENS} (give smaller batch sizes or a shorter context_length)")
 
 
 @torch.inference_mode()

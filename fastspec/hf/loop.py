@@ -13,7 +13,9 @@
 
 Tokens are drawn with :func:`fastspec.processing.sample_tokens` (inverse CDF in token order over the processed
 distribution, greedy = argmax), one uniform of ``np.random.default_rng(seed)`` per token.  Conventions match
-:mod:`fastspec.simulate`: a step drafts ``min(k, max_new_tokens - generated - 1)`` tokens; a step that drafts
+:mod:`fastspec.simulate`: a step drafts ``min(k, max_new_tokens - generated - 1)`` tokens (with a draft-length
+policy, :mod:`fastspec.policies`: ``min(budget, max_new_tokens - generated - 1)`` at most, fewer when the policy
+stops drafting early); a step that drafts
 nothing (nothing left to draft, or an n-gram proposer that finds no match) is a plain target step and is not
 counted as a verify step; mean acceptance length = tokens emitted per verify step (bonus / recovered token
 included).
@@ -36,12 +38,12 @@ from ..verify import verify_logits
 from ..errors import InvalidInput, shown
 from ..ngram import NgramProposer, propose
 from ..params import SamplingParams
-from ..processing import sample_tokens
+from ..processing import probabilities, sample_tokens
 from .args import as_token_ids, check_k, check_max_new_tokens, eos_set
 from .runner import KVRunner
 
 __all__ = ["generate", "timed_generate", "hf_generate", "GenerateResult", "speculative_generate", "SpecResult",
-           "teacher_forced_logits", "derive_seed", "as_ngram"]
+           "teacher_forced_logits", "derive_seed", "as_ngram", "as_policy"]
 
 # rng.random() lies in [0, 1), sample_tokens takes (0, 1]: an exact 0 (probability 2**-53) becomes the smallest
 # positive double, which, like 0 in an inverse CDF, selects the first token of positive probability.
@@ -246,10 +248,11 @@ class SpecResult:
     plain_steps: target-only steps (nothing left to draft, or no n-gram match); empty_steps: those of them
     where an n-gram proposer found no match.  drafted / accepted: totals over verify steps; emitted: tokens
     produced by verify steps; accepted_per_step: int64 [verify_steps]; per_position_accepted: int64 [k], steps
-    whose draft j was accepted.  Times in seconds (draft forwards + draft sampling, or the n-gram lookups /
-    target forwards / verify_logits + cache rollback / whole call / its prefill, included in every other
-    time); ``decode_s`` = total less prefill.  trace: with ``return_trace``, one dict per step (drafts,
-    target_logits, draft_logits (None for an n-gram or plain step), emitted)."""
+    whose draft j was accepted; draft_lengths: int64 [verify_steps], tokens drafted per verify step; policy:
+    the draft-length policy's name (None: fixed k).  Times in seconds (draft forwards + draft sampling, or the
+    n-gram lookups / target forwards / verify_logits + cache rollback / whole call / its prefill, included in
+    every other time); ``decode_s`` = total less prefill.  trace: with ``return_trace``, one dict per step
+    (drafts, target_logits, draft_logits (None for an n-gram or plain step), emitted)."""
 
     tokens: np.ndarray
     k: int
@@ -267,6 +270,8 @@ class SpecResult:
     trace: list | None = None
     prefill_s: float = 0.0
     empty_steps: int = 0
+    draft_lengths: np.ndarray | None = None
+    policy: str | None = None
 
     @property
     def decode_s(self) -> float:
@@ -293,7 +298,8 @@ class SpecResult:
                 "accepted": self.accepted, "emitted": self.emitted,
                 "mean_acceptance_length": self.mean_acceptance_length,
                 "draft_acceptance_rate": self.draft_acceptance_rate,
-                "per_position_acceptance": self.per_position_acceptance.tolist(),
+                "per_position_acceptance": self.per_position_acceptance.tolist(), "policy": self.policy,
+                "draft_lengths": None if self.draft_lengths is None else self.draft_lengths.tolist(),
                 "time_s": {"draft": self.draft_s, "target": self.target_s, "verify": self.verify_s,
                            "prefill": self.prefill_s, "decode": self.decode_s, "total": self.total_s}}
 
@@ -320,11 +326,29 @@ def as_ngram(draft) -> NgramProposer | None:
     return None
 
 
+def as_policy(policy, ngram: bool):
+    """``policy`` (a :class:`fastspec.policies.Policy`, its spec string, or None) as a Policy, or None; a policy
+    other than ``fixed`` needs a draft model (its probabilities): InvalidInput naming ``policy`` otherwise."""
+    if policy is None:
+        return None
+    from ..policies import parse_policy
+
+    pol = parse_policy(policy, name="policy") if isinstance(policy, str) else policy
+    if not callable(getattr(pol, "start", None)):
+        raise InvalidInput(f"policy = {shown(policy)} is invalid: give a spec string (fastspec.policies."
+                           "POLICY_GRAMMAR) or a fastspec.policies.Policy")
+    if ngram and pol.kind != "fixed":
+        raise InvalidInput(f"policy = {pol.name}: an n-gram draft has no probabilities to stop on; only fixed "
+                           "policies (fixed:k=K) run with n-gram drafts")
+    return pol
+
+
 @torch.inference_mode()
 @_serial_kernels
 def speculative_generate(target, draft, input_ids, k: int = 4, temperature: float = 1.0, top_k: int = 0,
                          top_p: float = 1.0, min_p: float = 0.0, seed: int = 0, max_new_tokens: int = 128, *,
-                         eos_token_id=None, use_cache: bool = True, return_trace: bool = False) -> SpecResult:
+                         eos_token_id=None, use_cache: bool = True, return_trace: bool = False,
+                         policy=None) -> SpecResult:
     """Speculative sampling with real models; :func:`fastspec.verify_logits` decides every step.
 
     Per step (batch size 1) at most ``d = min(k, max_new_tokens - generated - 1)`` tokens are drafted:
@@ -345,12 +369,25 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
     recomputes every forward from the full sequence instead (the rollback reference: same uniforms, so the same
     tokens up to floating-point ties).  Stops after ``max_new_tokens`` or an EOS token (``eos_token_id=None``:
     never, every run emits exactly ``max_new_tokens``).
+
+    ``policy`` (:func:`fastspec.policies.parse_policy` spec or Policy; None: fixed ``k``, as above, and ``k`` is
+    ignored otherwise): one state per call (``policy.start()``); a step drafts at most ``d = min(state.budget(),
+    max_new_tokens - generated - 1)`` tokens; after drafting token j the loop calls ``state.keep_drafting(j,
+    q_j(x_j), max_v q_j(v))`` with the processed draft distribution (:func:`fastspec.probabilities`, the one the
+    verifier applies) and stops drafting when it returns False (the token just drafted is kept); after
+    verification ``state.update(drafted, accepted, [q_j(x_j)])`` (``(0, 0, [])`` after a plain step, as
+    transformers does).  At temperature 0 the confidence is the draft's softmax at temperature 1 (the processed q
+    is one-hot; Hugging Face's greedy ``ConfidenceCriteria`` reads the unwarped scores).  Every decision reads
+    only drafted tokens and their probabilities, so verification stays exact.  Policies other than ``fixed`` need
+    a draft model.
     """
     params = SamplingParams(temperature, top_k, top_p, min_p)
     sp = params.as_dict()
-    k = check_k(k)
     seq, n_new, eos, rng = _loop_inputs(input_ids, max_new_tokens, eos_token_id, seed)
     ngram = as_ngram(draft)
+    pol = as_policy(policy, ngram is not None)
+    state = None if pol is None else pol.start()
+    k = check_k(k) if pol is None else max(1, min(int(pol.k_max), n_new - 1))
     n_prompt = len(seq)
     t_start = time.perf_counter()
     trun = KVRunner(target, use_cache)
@@ -362,24 +399,33 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
     t_prefill = time.perf_counter() - t_start
     steps = plain = empty = drafted = accepted = emitted = 0
     acc_steps: list[int] = []
+    lengths: list[int] = []
     pos_acc = np.zeros(k, np.int64)
     td = tt = tv = 0.0
     trace = [] if return_trace else None
     done = False
     while not done:
-        d = min(k, n_new - (len(seq) - n_prompt) - 1)
+        budget = k if state is None else min(int(state.budget()), k)
+        d = min(budget, n_new - (len(seq) - n_prompt) - 1)
         n0 = len(seq)
         props: list[int] = []
         qrows = []
+        qdrawn: list[float] = []
         c0 = time.perf_counter()
         if d > 0 and ngram is not None:
             props = propose(seq, d, min_n=ngram.min_n, max_n=ngram.max_n, occurrence=ngram.occurrence).tolist()
             empty += not props
         elif d > 0:
-            for _ in range(d):
+            for j in range(d):
                 lg = drun.logits(seq + props, 1)[0]
                 qrows.append(lg)
-                props.append(_draw(lg, rng, params))
+                x = _draw(lg, rng, params)
+                props.append(x)
+                if state is not None:  # greedy: the softmax at temperature 1 (what HF's ConfidenceCriteria reads)
+                    qp = probabilities(lg, temperature=1.0) if params.greedy else probabilities(lg, **sp)
+                    qdrawn.append(float(qp[x]))
+                    if not state.keep_drafting(j, qdrawn[-1], float(qp.max())):
+                        break
         c1 = time.perf_counter()
         td += c1 - c0
         if not props:  # plain target step: nothing left to draft, or no n-gram match
@@ -392,6 +438,8 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
             x = int(res.tokens[0, 0])
             seq.append(x)
             plain += 1
+            if state is not None:  # as transformers' update_candidate_strategy after a step without drafts
+                state.update(0, 0, [])
             if return_trace:
                 trace.append({"drafts": [], "target_logits": tl, "draft_logits": None, "emitted": [x]})
             done = x in eos or len(seq) - n_prompt >= n_new
@@ -420,6 +468,9 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
         accepted += n_acc
         emitted += len(out)
         acc_steps.append(n_acc)
+        lengths.append(nd)
+        if state is not None:
+            state.update(nd, n_acc, qdrawn if ngram is None else [1.0] * nd)
         pos_acc[:n_acc] += 1
         if return_trace:
             trace.append({"drafts": props, "target_logits": tl, "draft_logits": None if q is None else q[0],
@@ -430,4 +481,5 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
                       drafted=drafted, accepted=accepted, emitted=emitted,
                       accepted_per_step=np.asarray(acc_steps, np.int64), per_position_accepted=pos_acc,
                       draft_s=td, target_s=tt, verify_s=tv, total_s=time.perf_counter() - t_start, trace=trace,
-                      prefill_s=t_prefill, empty_steps=empty)
+                      prefill_s=t_prefill, empty_steps=empty, draft_lengths=np.asarray(lengths, np.int64),
+                      policy=None if pol is None else pol.name)

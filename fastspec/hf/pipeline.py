@@ -29,7 +29,7 @@ from ..params import SamplingParams
 from .args import check_generation_positions, positive_int
 from .costs import DEFAULT_WARMUP, check_cost_context, measure_costs
 from .dumping import dump_logits
-from .measure import Measurement, measure
+from .measure import Measurement, measure, predicted_policies, speculative_configs
 from .models import eos_ids, model_files, parse_draft_specs, resolve_models
 from .prediction import Prediction, compare, predict
 from .prompts import read_prompts
@@ -98,7 +98,8 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
                         max_new_tokens: int = 64, ignore_eos: bool = False, seed: int = 0, repeats: int = 1,
                         max_prompts: int | None = None, dump=None, save_dump=None, top_k_save: int | None = None,
                         costs=None, cost_repeats: int = 20, hf_generate: bool = True, trials: int | None = None,
-                        progress: Progress | None = None) -> MeasureReport:
+                        progress: Progress | None = None, policies: Sequence = (),
+                        hf_engine: bool = False) -> MeasureReport:
     """Measure the real speculative loop of ``target`` with ``drafts`` over ``prompts`` for every k of ``ks``,
     against plain decoding, next to the prediction from a dump and a cost table (module docstring).
 
@@ -111,13 +112,21 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
     ``hf_generate``: also time Hugging Face ``generate``; ``trials``: simulate's Monte-Carlo replays.
     ``progress``: :data:`Progress` (none: silent).  The stages run in this order, every check before the first
     forward: the token budget's positions (InvalidInput tagged ``argument="max_new_tokens"``), the cost table,
-    the dump and its prediction (errors tagged ``argument="dump"``), the timed runs."""
+    the dump and its prediction (errors tagged ``argument="dump"``), the timed runs.  ``policies`` /
+    ``hf_engine``: :func:`~fastspec.hf.measure.measure`'s draft-length policies and Hugging Face's assisted
+    generation, predicted by :func:`~fastspec.hf.prediction.predict` with ``policies``; a cost table measured now
+    then covers every draft length up to the largest a policy can draft."""
     stage = progress or _quiet
     params = SamplingParams(temperature, top_k, top_p, min_p)
     if max_prompts is not None:
         max_prompts = positive_int("max_prompts", max_prompts)
     table = None if costs is None else CostTable.of(costs)
     specs = parse_draft_specs(drafts) if drafts else {}
+    pred_policies = predicted_policies(policies, hf_engine)  # bad specs fail before any loading
+    from ..policies import parse_policy
+
+    longest = max([1] + [parse_policy(p).k_max for p in pred_policies])  # a measured table covers every length
+    cost_ks = sorted(set(ks) | set(range(1, min(longest, max_new_tokens - 1) + 1)))
     with stage("loading models", model_files(specs), 1) as advance:
         tmodel, tok, loaded = resolve_models(target, specs, progress=advance)
     models = {n: m for n, m in loaded.items() if not isinstance(m, NgramProposer)}
@@ -127,11 +136,11 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
         check_generation_positions({"the target": tmodel, **{f"draft {n}": m for n, m in loaded.items()}}, ids,
                                    max_new_tokens)
         if table is None:  # the cost measurement's context (median prompt + N // 2) + the largest k + 1
-            check_cost_context(tmodel, loaded, ks=ks, prompts=ids, max_new_tokens=max_new_tokens)
+            check_cost_context(tmodel, loaded, ks=cost_ks, prompts=ids, max_new_tokens=max_new_tokens)
     measured = table is None
     if table is None:
         with stage("measuring costs (rounds)", cost_repeats + DEFAULT_WARMUP, 5) as advance:
-            table = measure_costs(tmodel, loaded, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
+            table = measure_costs(tmodel, loaded, ks=cost_ks, prompts=ids, max_new_tokens=max_new_tokens,
                                   repeats=cost_repeats, **params.as_dict(), seed=seed, progress=advance)
     notes = []
     missing = [n for n in loaded if n not in table.draft_forward_s]
@@ -140,12 +149,13 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
                      f"predicted (it has {', '.join(table.draft_forward_s) or 'none'})")
     prediction = _prediction(dump, save_dump, tmodel, tok, models, ngrams, ids, ks, params, table,
                              max_new_tokens=max_new_tokens, top_k_save=top_k_save, seed=seed, ignore_eos=ignore_eos,
-                             trials=trials, stage=stage)
-    n_configs = 1 + int(hf_generate) + len(ks) * len(loaded)
+                             trials=trials, stage=stage, policies=pred_policies)
+    n_configs = 1 + int(hf_generate) + len(speculative_configs(loaded, ks, policies, hf_engine))
     with stage("timed runs (interleaved)", len(ids) * repeats * n_configs, n_configs) as advance:
         meas = measure(tmodel, loaded, ids, ks, **params.as_dict(), seed=seed, max_new_tokens=max_new_tokens,
                        eos_token_id=None if ignore_eos else eos_ids(tmodel, tok), ignore_eos=ignore_eos,
-                       repeats=repeats, plain=True, hf_generate=hf_generate, progress=advance)
+                       repeats=repeats, plain=True, hf_generate=hf_generate, progress=advance, policies=policies,
+                       hf_engine=hf_engine)
     return MeasureReport(drafts=specs, prompts=ids, measurement=meas, prediction=prediction,
                          rows=compare(meas, prediction), costs=table, costs_measured=measured,
                          warnings=prediction.warnings + notes, threads=torch.get_num_threads(),
@@ -153,7 +163,7 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
 
 
 def _prediction(dump, save_dump, tmodel, tok, models, ngrams, ids, ks, params, table, *, max_new_tokens, top_k_save,
-                seed, ignore_eos, trials, stage) -> Prediction:
+                seed, ignore_eos, trials, stage, policies=()) -> Prediction:
     """:func:`predict` from ``dump``, or from a dump made now at ``save_dump`` (else in a temporary directory,
     removed afterwards)."""
     tmpdir = None
@@ -171,7 +181,7 @@ def _prediction(dump, save_dump, tmodel, tok, models, ngrams, ids, ks, params, t
                             ignore_eos=ignore_eos, costs=False, progress=advance)
         with _about("dump"):
             return predict(path, list(models), ks, **params.as_dict(), trials=trials, seed=seed, ngram=ngrams,
-                           costs=table)
+                           costs=table, policies=policies)
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)

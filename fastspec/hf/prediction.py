@@ -13,7 +13,11 @@ results already measured.
   drafts (replayed from the dump's prompt and generated tokens), and, with a cost table, the predicted
   speed-ups with their intervals (over the recorded sequences and the table's standard errors).
 * :func:`relative_error`, :func:`z_difference`, :func:`compare` -- predicted vs measured, one row per (draft, k)
-  (the JSON rows of ``fastspec measure``).
+  (the JSON rows of ``fastspec measure``), and per (draft, policy): a measured row run under a draft-length policy
+  (fastspec's loop with ``policy=``, or Hugging Face's assisted generation, whose settings stand for a policy:
+  ``MeasureResult.predicted_as``) is compared with
+  :func:`fastspec.simulation.policy_eval.evaluate_policy` of that policy on the same dump (``predict(...,
+  policies=...)``).
 """
 from __future__ import annotations
 
@@ -98,6 +102,41 @@ class Prediction:
     names: dict = field(default_factory=dict)
     costs: object = None
     notes: list = field(default_factory=list)
+    policies: dict = field(default_factory=dict)  # {(draft, policy name): PolicyEstimate}
+    policy_costs: object = None  # the table that prices the policies (costs, else the dump's recorded one)
+
+    def policy_figures(self, draft: str, policy: str) -> dict | None:
+        """The predicted figures of ``draft`` under ``policy`` (a policy name): ``method`` (exact DP or
+        Monte-Carlo), the mean acceptance length (``mean_acceptance_length_exact`` when exact, else
+        ``mean_acceptance_length_mc`` with its Monte-Carlo interval), its interval and standard error over the
+        recorded sequences, the mean draft length and the expected steps per draft length; None when not
+        predicted (no such estimate: a sparse dump, an n-gram draft)."""
+        est = self.policies.get((draft, policy))
+        if est is None:
+            return None
+        m, se, half = ratio_ci(est.per_sequence_tokens, est.per_sequence_steps)
+        mal = est.mean_acceptance_length
+        return {"policy": est.policy, "method": est.method, "exact": bool(est.exact),
+                "mean_acceptance_length_exact": mal if est.exact else None,
+                "mean_acceptance_length_mc": None if est.exact else mal,
+                "mc_ci95": list(est.mc_ci95) if est.mc_ci95 else None, "ci95": None, "lower": None, "upper": None,
+                "ci95_over_prompts": [m - half, m + half] if math.isfinite(half) else None,
+                "standard_error_over_prompts": se if math.isfinite(se) else None,
+                "mean_draft_length": est.mean_draft_length, "p_all_accepted": est.p_all_accepted,
+                "draft_length_steps": est.draft_length_steps.tolist()}
+
+    def policy_speedup(self, draft: str, policy: str) -> dict | None:
+        """The predicted speed-up of ``draft`` under ``policy`` from the cost table (estimate, standard error,
+        ci95); None without a table, an estimate, or costs for every draft length the policy uses."""
+        est = self.policies.get((draft, policy))
+        if est is None or self.policy_costs is None:
+            return None
+        s, ci = est.speedup(self.policy_costs, draft)
+        if s is None or ci is None:
+            return None
+        lo, hi = ci
+        return {"estimate": s, "standard_error": s * math.log(hi / lo) / (2 * Z95) if lo > 0 else None,
+                "ci95": [lo, hi], "p_all_accepted": est.p_all_accepted}
 
     @property
     def warnings(self) -> list[str]:
@@ -155,13 +194,16 @@ def _cost_table(costs, ngram: Mapping):
 
 
 def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None, top_k=None, top_p=None,
-            min_p=None, trials=None, seed: int = 0, ngram: Mapping | None = None, costs=None) -> Prediction:
+            min_p=None, trials=None, seed: int = 0, ngram: Mapping | None = None, costs=None,
+            policies: Sequence = ()) -> Prediction:
     """``simulate``'s prediction for every (draft, k) of ``dump`` (model drafts by name) and of the n-gram
     drafts ``ngram`` ({name: :class:`fastspec.ngram.NgramProposer`}, replayed from the dump's prompt and
     generated tokens: a dense dump, or a greedy analysis), with the exact mean acceptance length's interval over
     the recorded sequences.  ``costs``: a :class:`fastspec.costs.CostTable` (or its mapping, or a path) measured
     with the same models, for the predicted speed-ups (:meth:`Prediction.speedup`); None: the dump's recorded
-    table if any; False: none."""
+    table if any; False: none.  ``policies``: draft-length policies (specs or Policies) evaluated for every model
+    draft by :func:`fastspec.simulation.policy_eval.evaluate_policy` (``trials`` Monte-Carlo replays where it is
+    not exact, ``seed``; :meth:`Prediction.policy_figures`); a sparse dump gives a note instead."""
     from ..simulation import simulate
     from ..simulation.ngram import ngram_name
 
@@ -185,7 +227,34 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
             if r.mean_acceptance_length_exact is not None and r.ci95_sequences is not None:
                 lo, hi = r.ci95_sequences
                 over[(draft, k)] = (r.mean_acceptance_length_exact, r.standard_error_sequences, (hi - lo) / 2)
-    return Prediction(sim, over, names, table if table not in (None, False) else None)
+    out = Prediction(sim, over, names, table if table not in (None, False) else None)
+    _predict_policies(out, dump, drafts, policies, sampling, trials, seed, priced=costs is not False)
+    return out
+
+
+def _predict_policies(out: Prediction, dump, drafts, policies, sampling, trials, seed, *, priced: bool) -> None:
+    """Fill ``out.policies`` (and ``out.policy_costs``) with every (model draft, policy)'s estimate."""
+    from ..io import load_dump
+    from ..policies import parse_policies
+    from ..simulation.policy_eval import DEFAULT_POLICY_TRIALS, evaluate_policy
+
+    pols = parse_policies(list(policies), name="policy")
+    if not pols:
+        return
+    if out.dump_kind != "dense":
+        out.notes.append(f"policies ({', '.join(p.name for p in pols)}) are replayed from dense dumps only: no "
+                         "prediction for them from this sparse dump")
+        return
+    if priced:
+        out.policy_costs = out.costs
+        if out.policy_costs is None:
+            with load_dump(dump) as d:
+                out.policy_costs = d.costs
+    given = {k: v for k, v in sampling.items() if v is not None}
+    for draft in drafts:
+        for pol in pols:
+            out.policies[(draft, pol.name)] = evaluate_policy(dump, draft, pol, sampling=given or None,
+                                                              trials=trials or DEFAULT_POLICY_TRIALS, seed=seed)
 
 
 def relative_error(measured: float | None, predicted: float | None, lower: float | None = None,
@@ -213,19 +282,47 @@ def z_difference(predicted: float, predicted_se: float, measured: float, measure
     return (predicted - measured) / se if se > 0 else None
 
 
+def _predicted(m, prediction: Prediction):
+    """(figures, over-prompts (estimate, se, half) or None, predicted speed-up) of one measured row: its policy's
+    estimate when it ran under one (``predicted_as``), else simulate's (draft, k); (None, None, None) when the
+    prediction has neither."""
+    pol = getattr(m, "predicted_as", None)
+    if pol is not None:
+        p = prediction.policy_figures(m.draft, pol)
+        if p is None:
+            return None, None, None
+        se = p["standard_error_over_prompts"]
+        ci = p["ci95_over_prompts"]
+        point = p["mean_acceptance_length_exact"] if p["exact"] else p["mean_acceptance_length_mc"]
+        po = (point, se, (ci[1] - ci[0]) / 2) if se is not None and ci else None
+        return p, po, prediction.policy_speedup(m.draft, pol)
+    try:
+        p = prediction.figures(m.draft, m.k)
+    except StopIteration:  # a k simulate was not asked for (a fixed policy of an n-gram draft)
+        return None, None, None
+    return p, prediction.over_prompts.get((m.draft, m.k)), prediction.speedup(m.draft, m.k)
+
+
 def compare(measured: Sequence, prediction: Prediction) -> list[dict]:
-    """One row per measured (draft, k) (:class:`fastspec.hf.MeasureResult`): ``draft``, ``k``, ``predicted``
-    (:meth:`Prediction.figures`), ``measured`` (its ``as_dict()``), ``relative_error`` (exact prediction, or
-    the sparse interval), ``z_difference`` (dense: the over-prompts prediction vs the measurement) and
-    ``measured_inside_prediction_interval`` (sparse only); and ``speedup`` when the measurement has a clock
-    or the prediction a cost table: ``predicted`` (:meth:`Prediction.speedup`), ``measured`` (the measured
-    speed-up over plain decoding), ``relative_error``, ``z_difference`` and ``agrees`` (|relative error| <= 10%
-    or |z| <= 1.96, i.e. inside the combined 95% interval)."""
+    """One row per measured configuration (:class:`fastspec.hf.MeasureResult`): ``draft``, ``k`` (and for a row
+    run under a policy or by another engine ``policy``, ``engine`` and ``label``), ``predicted``
+    (:meth:`Prediction.figures`, or :meth:`Prediction.policy_figures` for a row run under a policy; None when not
+    predicted), ``measured`` (its ``as_dict()``), ``relative_error`` (exact or
+    Monte-Carlo prediction, or the sparse interval), ``z_difference`` (dense: the over-prompts prediction vs the
+    measurement) and ``measured_inside_prediction_interval`` (sparse only); and ``speedup`` when the measurement
+    has a clock or the prediction a cost table: ``predicted`` (:meth:`Prediction.speedup` /
+    :meth:`Prediction.policy_speedup`), ``measured`` (the measured speed-up over plain decoding; for Hugging
+    Face's assisted generation over Hugging Face's plain ``generate`` when it ran, the same code path),
+    ``relative_error``, ``z_difference`` and ``agrees`` (|relative error| <= 10% or |z| <= 1.96, i.e. inside the
+    combined 95% interval)."""
     rows = []
     for m in measured:
-        p = prediction.figures(m.draft, m.k)
-        point, lo, hi = p["mean_acceptance_length_exact"], p["lower"], p["upper"]
-        po = prediction.over_prompts.get((m.draft, m.k))
+        p, po, sp_pred = _predicted(m, prediction)
+        point = lo = hi = None
+        if p is not None:
+            point, lo, hi = p["mean_acceptance_length_exact"], p["lower"], p["upper"]
+            if point is None and p.get("mean_acceptance_length_mc") is not None and lo is None:
+                point = p["mean_acceptance_length_mc"]
         row = {
             "draft": m.draft, "k": m.k, "predicted": p, "measured": m.as_dict(),
             "relative_error": relative_error(m.mean_acceptance_length, point, lo, hi),
@@ -234,14 +331,18 @@ def compare(measured: Sequence, prediction: Prediction) -> list[dict]:
             "measured_inside_prediction_interval": (bool(lo <= m.mean_acceptance_length <= hi)
                                                     if point is None and lo is not None else None),
         }
-        sp_pred = prediction.speedup(m.draft, m.k)
+        if getattr(m, "policy", None) is not None or getattr(m, "engine", "fastspec") != "fastspec":
+            row.update(policy=m.policy, engine=m.engine, label=m.label)
         sp_meas = getattr(m, "speedup", None)
+        if getattr(m, "engine", "fastspec") != "fastspec" and getattr(m, "speedup_vs_hf_plain", None) is not None:
+            sp_meas = m.speedup_vs_hf_plain
         if sp_pred is not None or sp_meas is not None:
             rel = z = None
             if sp_pred is not None and sp_meas is not None:
                 rel = relative_error(sp_meas["estimate"], sp_pred["estimate"])
-                z = z_difference(sp_pred["estimate"], sp_pred["standard_error"], sp_meas["estimate"],
-                                 sp_meas["standard_error"])
+                if sp_pred["standard_error"] is not None:
+                    z = z_difference(sp_pred["estimate"], sp_pred["standard_error"], sp_meas["estimate"],
+                                     sp_meas["standard_error"])
             agrees = None if rel is None else bool(abs(rel) <= 0.10 or (z is not None and abs(z) <= Z95))
             row["speedup"] = {"predicted": sp_pred, "measured": sp_meas, "relative_error": rel, "z_difference": z,
                               "agrees": agrees}
