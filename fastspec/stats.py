@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from statistics import NormalDist
+from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Z95", "t_quantile_975", "t_sf", "t_isf", "batch_means_ci", "ratio_ci"]
+from .errors import InvalidInput
+
+__all__ = ["Z95", "t_quantile_975", "t_sf", "t_isf", "batch_means_ci", "ratio_ci", "median_se"]
 
 _T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706}  # 4-5 digits, as published tables
 
@@ -142,3 +146,17 @@ def ratio_ci(num, den) -> tuple[float, float, float]:
     r = num - est * den
     se = math.sqrt(n / (n - 1) * float((r ** 2).sum())) / tot
     return est, se, se * t_quantile_975(n - 1)
+
+
+def median_se(samples: Sequence[float]) -> tuple[float, float]:
+    """(median, standard error of the median): the distribution-free 95% interval of the median between the order
+    statistics of ranks floor(n/2 - 1.96 sqrt(n)/2) and ceil(1 + n/2 + 1.96 sqrt(n)/2) (1-based, clamped to
+    [1, n]), divided by 2 × 1.96.  Robust to the skew and outliers of wall-clock times."""
+    x = sorted(float(v) for v in samples)
+    n = len(x)
+    if n == 0:
+        raise InvalidInput("median_se needs at least one sample")
+    half = Z95 * math.sqrt(n) / 2
+    lo = min(max(int(math.floor(n / 2 - half)), 1), n)
+    hi = min(max(int(math.ceil(1 + n / 2 + half)), 1), n)
+    return statistics.median(x), (x[hi - 1] - x[lo - 1]) / (2 * Z95)

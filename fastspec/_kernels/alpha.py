@@ -98,13 +98,54 @@ def _mass_and_min(lps, r):
     return total, low
 
 
+@kernel
+def merged_bounds(ti, tl, op, di, dl, oq, r, sp, pmin, sq, qmin):
+    """[lower, upper] of alpha for row ``r`` from the listed (id, logprob) entries of both sides, merged in id order
+    (op / oq sort each row's ids); ``sp`` / ``sq``: each side's listed mass, ``pmin`` / ``qmin``: the cap on each
+    side's unlisted probabilities.  Shared by :func:`bounds_rows` (caps = smallest listed probability) and
+    :func:`fastspec._kernels.known.known_bounds_rows` (caps = smallest top-k probability)."""
+    kp = ti.shape[1]
+    kq = di.shape[1]
+    rp = max(0.0, 1.0 - sp)
+    rq = max(0.0, 1.0 - sq)
+    A = 0.0
+    Ad = 0.0
+    b = 0.0
+    bx = 0.0
+    c = 0.0
+    cx = 0.0
+    i = 0
+    j = 0
+    while i < kp or j < kq:
+        if j >= kq or (i < kp and ti[r, op[r, i]] < di[r, oq[r, j]]):
+            pv = math.exp(tl[r, op[r, i]])
+            b += min(pv, qmin)
+            bx += max(pv - qmin, 0.0)
+            i += 1
+        elif i >= kp or di[r, oq[r, j]] < ti[r, op[r, i]]:
+            qv = math.exp(dl[r, oq[r, j]])
+            c += min(qv, pmin)
+            cx += max(qv - pmin, 0.0)
+            j += 1
+        else:
+            pv = math.exp(tl[r, op[r, i]])
+            qv = math.exp(dl[r, oq[r, j]])
+            A += min(pv, qv)
+            Ad += abs(pv - qv)
+            i += 1
+            j += 1
+    u = min(min(b, rq) + rp, min(c, rp) + rq)
+    u = min(u, b + c + min(rp, rq))
+    u = min(u, 1.0 - A - 0.5 * (Ad + bx + cx))
+    L = min(A, 1.0)
+    return L, min(max(A + max(u, 0.0), L), 1.0)
+
+
 @parallel_kernel
 def bounds_rows(ti, tl, op, di, dl, oq, valid, greedy, lo, hi):
     """[lower, upper] of alpha per row from sparse top-k lists (ids int64, logprobs float64); op / oq: the order
     that sorts each row's ids (merge walk over the two lists)."""
     R = ti.shape[0]
-    kp = ti.shape[1]
-    kq = di.shape[1]
     for r in prange(R):
         lo[r] = 0.0
         hi[r] = 0.0
@@ -117,37 +158,4 @@ def bounds_rows(ti, tl, op, di, dl, oq, valid, greedy, lo, hi):
             continue
         sp, pmin = _mass_and_min(tl, r)
         sq, qmin = _mass_and_min(dl, r)
-        rp = max(0.0, 1.0 - sp)
-        rq = max(0.0, 1.0 - sq)
-        A = 0.0
-        Ad = 0.0
-        b = 0.0
-        bx = 0.0
-        c = 0.0
-        cx = 0.0
-        i = 0
-        j = 0
-        while i < kp or j < kq:
-            if j >= kq or (i < kp and ti[r, op[r, i]] < di[r, oq[r, j]]):
-                pv = math.exp(tl[r, op[r, i]])
-                b += min(pv, qmin)
-                bx += max(pv - qmin, 0.0)
-                i += 1
-            elif i >= kp or di[r, oq[r, j]] < ti[r, op[r, i]]:
-                qv = math.exp(dl[r, oq[r, j]])
-                c += min(qv, pmin)
-                cx += max(qv - pmin, 0.0)
-                j += 1
-            else:
-                pv = math.exp(tl[r, op[r, i]])
-                qv = math.exp(dl[r, oq[r, j]])
-                A += min(pv, qv)
-                Ad += abs(pv - qv)
-                i += 1
-                j += 1
-        u = min(min(b, rq) + rp, min(c, rp) + rq)
-        u = min(u, b + c + min(rp, rq))
-        u = min(u, 1.0 - A - 0.5 * (Ad + bx + cx))
-        L = min(A, 1.0)
-        lo[r] = L
-        hi[r] = min(max(A + max(u, 0.0), L), 1.0)
+        lo[r], hi[r] = merged_bounds(ti, tl, op, di, dl, oq, r, sp, pmin, sq, qmin)

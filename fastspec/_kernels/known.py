@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from .._numba.jit import parallel_kernel, prange
+from .alpha import merged_bounds
 
 
 @parallel_kernel
@@ -34,37 +35,4 @@ def known_bounds_rows(ti, tl, op, tcap, di, dl, oq, dcap, valid, lo, hi):
         sq = 0.0
         for j in range(kq):
             sq += math.exp(dl[r, j])
-        rp = max(0.0, 1.0 - sp)
-        rq = max(0.0, 1.0 - sq)
-        A = 0.0
-        Ad = 0.0
-        b = 0.0
-        bx = 0.0
-        c = 0.0
-        cx = 0.0
-        i = 0
-        j = 0
-        while i < kp or j < kq:
-            if j >= kq or (i < kp and ti[r, op[r, i]] < di[r, oq[r, j]]):
-                pv = math.exp(tl[r, op[r, i]])
-                b += min(pv, qmin)
-                bx += max(pv - qmin, 0.0)
-                i += 1
-            elif i >= kp or di[r, oq[r, j]] < ti[r, op[r, i]]:
-                qv = math.exp(dl[r, oq[r, j]])
-                c += min(qv, pmin)
-                cx += max(qv - pmin, 0.0)
-                j += 1
-            else:
-                pv = math.exp(tl[r, op[r, i]])
-                qv = math.exp(dl[r, oq[r, j]])
-                A += min(pv, qv)
-                Ad += abs(pv - qv)
-                i += 1
-                j += 1
-        u = min(min(b, rq) + rp, min(c, rp) + rq)
-        u = min(u, b + c + min(rp, rq))
-        u = min(u, 1.0 - A - 0.5 * (Ad + bx + cx))
-        L = min(A, 1.0)
-        lo[r] = L
-        hi[r] = min(max(A + max(u, 0.0), L), 1.0)
+        lo[r], hi[r] = merged_bounds(ti, tl, op, di, dl, oq, r, sp, pmin, sq, qmin)

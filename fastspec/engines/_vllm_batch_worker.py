@@ -32,28 +32,19 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.a
     sys.path.pop(0)
 
 
-def _counters(llm):
-    out = {}
-    for m in llm.get_metrics():
-        if not m.name.startswith("vllm:spec_decode"):
-            continue
-        if hasattr(m, "values"):
-            out[m.name] = list(m.values)
-        elif hasattr(m, "value"):
-            out[m.name] = m.value
-    return out
+def _sibling(name):
+    """The module in this folder's ``name``.py, loaded by path (this folder is not on sys.path: see above)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("_fastspec_" + name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def _minus(after, before):
-    out = {}
-    for name, v in after.items():
-        b = before.get(name)
-        if isinstance(v, list):
-            b = b or [0] * len(v)
-            out[name] = [x - y for x, y in zip(v, b, strict=False)]
-        else:
-            out[name] = v - (b or 0)
-    return out
+# the spec-decode counters and their differences: the one-configuration worker's own functions
+_WORKER = _sibling("_vllm_worker")
+_counters, _minus = _WORKER._counters, _WORKER._minus
 
 
 class Engine:

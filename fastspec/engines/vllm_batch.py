@@ -68,6 +68,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidInput
+from ..stats import median_se
 from .conventions import VLLM, Counters, expected_counters
 from .vllm import INSTALL_HINT, EngineError
 
@@ -77,21 +78,7 @@ __all__ = ["BatchWorker", "VllmBatchResult", "measure_vllm_batch", "exact_counte
 BATCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vllm_batch_worker.py")
 CONFIGS = ("plain", "spec")
 TINY_S = 1e-9  # the smallest time a cost table holds: "inside another entry"
-_Z95 = 1.959963984540054
 
-
-def median_se(samples: Sequence[float]) -> tuple[float, float]:
-    """(median, standard error of the median), distribution-free: the 95% interval of the median between the
-    order statistics of ranks floor(n/2 - 1.96 sqrt(n)/2) and ceil(1 + n/2 + 1.96 sqrt(n)/2), divided by 2 x 1.96
-    (the rule of ``fastspec.hf.costs.median_se``, which imports torch)."""
-    x = sorted(float(v) for v in samples)
-    n = len(x)
-    if n == 0:
-        raise InvalidInput("median_se needs at least one sample")
-    half = _Z95 * math.sqrt(n) / 2
-    lo = min(max(int(math.floor(n / 2 - half)), 1), n)
-    hi = min(max(int(math.ceil(1 + n / 2 + half)), 1), n)
-    return statistics.median(x), (x[hi - 1] - x[lo - 1]) / (2 * _Z95)
 
 
 class BatchWorker:

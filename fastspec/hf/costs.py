@@ -34,7 +34,6 @@ import dataclasses
 import math
 import os
 import platform
-import statistics
 import time
 from typing import Callable, Mapping, Sequence
 
@@ -45,7 +44,7 @@ from ..costs import CostTable
 from ..errors import InvalidInput, InvalidType
 from ..ngram import NgramProposer
 from ..params import SamplingParams
-from ..stats import Z95
+from ..stats import median_se
 from ..verify import verify_logits
 from .args import (MAX_K, MAX_NEW_TOKENS, as_token_ids, check_k, check_max_new_tokens, check_positions, int_in,
                    positive_int)
@@ -72,20 +71,6 @@ def machine_name() -> str:
         pass
     name = name or platform.processor() or platform.machine() or "unknown CPU"
     return f"{name} ({os.cpu_count() or '?'} logical CPUs)"
-
-
-def median_se(samples: Sequence[float]) -> tuple[float, float]:
-    """(median, standard error of the median): the distribution-free 95% interval of the median between the order
-    statistics of ranks floor(n/2 - 1.96 sqrt(n)/2) and ceil(1 + n/2 + 1.96 sqrt(n)/2) (1-based, clamped to
-    [1, n]), divided by 2 × 1.96.  Robust to the skew and outliers of wall-clock times."""
-    x = sorted(float(v) for v in samples)
-    n = len(x)
-    if n == 0:
-        raise InvalidInput("median_se needs at least one sample")
-    half = Z95 * math.sqrt(n) / 2
-    lo = min(max(int(math.floor(n / 2 - half)), 1), n)
-    hi = min(max(int(math.ceil(1 + n / 2 + half)), 1), n)
-    return statistics.median(x), (x[hi - 1] - x[lo - 1]) / (2 * Z95)
 
 
 def _positive_seconds(t: float) -> float:
