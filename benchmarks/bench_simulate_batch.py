@@ -4,8 +4,9 @@ Not a test; run ``python benchmarks/bench_simulate_batch.py [rounds]``.  Warm ru
 run), each a fresh process as a user runs it, interleaved round-robin (:func:`_common.time_interleaved`), medians:
 
 * ``main``: ``fastspec simulate data/smollm2_exit_top64.npz --k 1,2,4,8`` (the README main command);
-* ``main+costs``: the same with ``--costs`` a version-2 table: the shipped dump's version-1 table plus a
-  made-up batch axis (timing only -- the figures it prints are not measurements);
+* ``main+costs``: the same with ``--costs`` a version-2 table: ``data/smollm2_costs_v2.json`` (measured with
+  ``fastspec cost --batch``; when it is missing, the shipped dump's version-1 table plus a made-up batch axis, for
+  timing only);
 * ``main+batch5``: the same with ``--batch 1,2,4,8,16`` (5 batch sizes);
 * ``main+batch1``: the README command with ``--batch 1`` and the dump's own (version-1) table (the path that reads
   the dump's table before the simulation).
@@ -49,7 +50,8 @@ def fake_v2_table(path: pathlib.Path) -> str:
 
 def main(rounds: int = 7) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        table = fake_v2_table(pathlib.Path(tmp) / "v2.json")
+        shipped = ROOT / "data" / "smollm2_costs_v2.json"
+        table = str(shipped) if shipped.exists() else fake_v2_table(pathlib.Path(tmp) / "v2.json")
         base = [sys.executable, "-m", "fastspec_cli", "simulate", str(DUMP), "--k", "1,2,4,8"]
         cmds = {"main": base, "main+costs": base + ["--costs", table],
                 "main+batch5": base + ["--costs", table, "--batch", BATCHES], "main+batch1": base + ["--batch", "1"]}
