@@ -121,7 +121,7 @@ class TranscribedHF:
                 self.threshold = thresholds[np.argmin(costs)]
 
 
-def _drive(pol, ref, rng, steps=80):
+def check_drive(pol, ref, rng, steps=80):
     state = pol.start()
     for _ in range(steps):
         n = state.budget()
@@ -149,14 +149,14 @@ def test_hf_state_matches_transcription(spec):
     pol = parse_policy(spec)
     rng = np.random.default_rng(5)
     ref = TranscribedHF(pol.k, pol.schedule, pol.theta, sklearn=pol.tune == "roc")
-    _drive(pol, ref, rng)
+    check_drive(pol, ref, rng)
 
 
 def test_hf_state_transcription_check_can_fail():
     pol = parse_policy("hf:schedule=heuristic")
     ref = TranscribedHF(pol.k, "constant", pol.theta)  # the wrong schedule
     with pytest.raises(AssertionError):
-        _drive(pol, ref, np.random.default_rng(5))
+        check_drive(pol, ref, np.random.default_rng(5))
 
 
 def test_hf_defaults_and_persistence():
