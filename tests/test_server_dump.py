@@ -14,6 +14,7 @@ import math
 import os
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -480,7 +481,12 @@ def test_server_dies_mid_run_then_the_resume_gives_the_same_dump(fakes, tmp_path
     r = _cli("dump-server", "--target", turl0, "--draft", f"dr={durl0}", "--prompts", pf, "--out", out,
              *common[:-2], "--retries", 0, "--seed", 10)
     assert "unfinished run" in _one_line_error(r, 2) and "seed" in r.stderr
-    # the server comes back (on the same port): the rerun does the rest
+    # the server comes back (on the same port): the rerun does the rest -- once the dead one has closed its socket
+    # ("die" stops it from a thread of its own, which a loaded machine may run late)
+    deadline = time.monotonic() + 30
+    while d1.server is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert d1.server is None, "the dead draft server did not close its socket within 30 s"
     d2 = Fake(name="dr", model_seed=2)
     d2.start(port)
     try:
