@@ -33,12 +33,11 @@ EOS: ``eos_token_id=None`` runs exactly ``max_new_tokens`` tokens with EOS an or
 change the distribution).  Seeds: ``torch.manual_seed(seed)`` right before the call (torch's global generator
 draws the draft's and the target's samples: same law as fastspec's loop, not the same draws).
 
-torch and transformers are imported inside the functions only.
+torch and transformers are used through :mod:`fastspec.hf` (imported inside the functions only).
 """
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -206,21 +205,6 @@ class HFAssistedResult:
                 "time_s": {"prefill": self.prefill_s, "decode": self.decode_s, "total": self.total_s}}
 
 
-class _Stamps:
-    """A streamer that records when each chunk arrives and its size (the prompt comes first)."""
-
-    def __init__(self):
-        self.times: list[float] = []
-        self.sizes: list[int] = []
-
-    def put(self, value) -> None:
-        self.times.append(time.perf_counter())
-        self.sizes.append(int(value.numel()))
-
-    def end(self) -> None:
-        pass
-
-
 @contextlib.contextmanager
 def _config_fields(model, values: dict):
     """Set ``model.generation_config``'s fields to ``values`` for the block, then restore them."""
@@ -293,10 +277,8 @@ def hf_assisted_generate(target, draft, input_ids, *, settings: AssistantSetting
     ``AssistantSettings.fixed(k)`` (give one of them).  Greedy at temperature 0, else sampling with the given
     temperature / top-k (0 disables) / top-p / min-p, applied by transformers to target and draft alike.
     ``eos_token_id=None``: no EOS, exactly ``max_new_tokens`` tokens (checked: a shorter output is an error)."""
-    import torch
-
     from ..hf.args import as_token_ids, check_max_new_tokens, eos_set
-    from ..hf.loop import start_numba_pool
+    from ..hf.loop import hf_generation_config, run_hf_generate, start_numba_pool
     from ..params import SamplingParams
 
     if k is not None and settings is not None:
@@ -312,39 +294,21 @@ def hf_assisted_generate(target, draft, input_ids, *, settings: AssistantSetting
     n_new = check_max_new_tokens(max_new_tokens)
     eos = sorted(eos_set(eos_token_id))
     start_numba_pool()
-    from transformers import GenerationConfig
-
-    kw = dict(max_new_tokens=n_new, num_beams=1, use_cache=True, pad_token_id=eos[0] if eos else 0,
-              eos_token_id=eos or None, do_sample=not params.greedy)
-    if params.greedy:
-        kw.update(temperature=None, top_k=None, top_p=None)
-    else:
-        kw.update(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                  min_p=params.min_p if params.min_p > 0 else None)
-    extra = {}
+    kw, extra = {}, {}
     if settings.prompt_lookup is not None:
         kw["prompt_lookup_num_tokens"], kw["max_matching_ngram_size"] = settings.prompt_lookup
     else:
         extra["assistant_model"] = draft
-    config = GenerationConfig(**kw)
+    config = hf_generation_config(params, n_new, eos, **kw)
     eos_fields = {"eos_token_id": eos or None}
     assistant = {k_: v for k_, v in settings.values().items() if v is not None}
     rec = {"target": 0, "draft": 0, "drafted": [], "accepted": [], "budgets": [], "thresholds": [], "settings": {},
            "roc": False}
-    ids = torch.tensor([seq], dtype=torch.long)
-    stamps = _Stamps()
-    with torch.inference_mode(), _config_fields(target, eos_fields), _config_fields(draft, eos_fields), \
-            _config_fields(draft, assistant), _counting(target, draft, rec):
-        torch.manual_seed(int(seed) % (2 ** 63))
-        t0 = time.perf_counter()
-        out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=stamps,
-                              **extra)
-        total = time.perf_counter() - t0
-    tokens = out[0, len(seq):].cpu().numpy().astype(np.int64)
+    with _config_fields(target, eos_fields), _config_fields(draft, eos_fields), _config_fields(draft, assistant), \
+            _counting(target, draft, rec):
+        tokens, first, total, first_tokens = run_hf_generate(target, seq, config, seed, **extra)
     if not eos and len(tokens) != n_new:
         raise RuntimeError(f"transformers generated {len(tokens)} tokens, not max_new_tokens = {n_new}, with EOS off")
-    first = stamps.times[1] - t0 if len(stamps.times) > 1 else total
-    first_tokens = stamps.sizes[1] if len(stamps.sizes) > 1 else len(tokens)
     if settings.prompt_lookup is not None:
         rec["settings"] = {"prompt_lookup_num_tokens": settings.prompt_lookup[0],
                            "max_matching_ngram_size": settings.prompt_lookup[1]}

@@ -184,6 +184,22 @@ class _Timer:
         if self.record:
             self.samples.setdefault(key, []).append(seconds)
 
+    def rounds(self, units, rng, warmup: int, repeats: int, progress=None) -> None:
+        """``warmup + repeats`` rounds, each calling every ``(fn, args)`` of ``units`` once in an order shuffled by
+        ``rng`` (interleaved, so load drift hits every entry alike); only the last ``repeats`` rounds are kept.
+        torch's thread count is restored after each call (Numba's pool, started by the first verify_logits, may
+        reset it); ``progress(1)`` after each round."""
+        threads = torch.get_num_threads()
+        for r in range(warmup + repeats):
+            self.record = r >= warmup
+            for i in rng.permutation(len(units)):
+                fn, args = units[int(i)]
+                fn(*args)
+                if torch.get_num_threads() != threads:
+                    torch.set_num_threads(threads)
+            if progress is not None:
+                progress(1)
+
     def table(self, key_of: Callable) -> tuple[dict, dict]:
         """({entry: median}, {entry: se}) for keys mapped by ``key_of(key) -> entry`` (None: skip)."""
         med, se = {}, {}
@@ -299,21 +315,13 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         proposers[name].propose(ctx)
         timer.add(("ngram", name), time.perf_counter() - c0)
 
-    threads = torch.get_num_threads()  # Numba's pool, started by the first verify_logits, may reset it: keep it
+    threads = torch.get_num_threads()  # recorded in the table (Timer.rounds keeps it through Numba's pool start)
     # an n-gram step verifies however many tokens the lookup found (d <= k): every d up to the largest k is priced
     steps = list(range(1, K + 1)) if ngrams else ks
     units = [(target_step, (k,)) for k in [0, *steps]]
     units += [(draft_step, (name, n)) for name in models for n in (1, 2)]
     units += [(ngram_step, (name,)) for name in ngrams]
-    for r in range(warmup + repeats):
-        timer.record = r >= warmup
-        for i in rng.permutation(len(units)):
-            fn, args = units[int(i)]
-            fn(*args)
-            if torch.get_num_threads() != threads:
-                torch.set_num_threads(threads)
-        if progress is not None:
-            progress(1)
+    timer.rounds(units, rng, warmup, repeats, progress)
 
     tf, tse = timer.table(lambda key: key[1] if key[0] == "target" else None)
     ov, ose = timer.table(lambda key: key[1] if key[0] == "overhead" else None)

@@ -36,7 +36,7 @@ from ..errors import InvalidInput
 from ..params import SamplingParams
 from ..processing import sample_tokens
 from ..verify import verify_logits
-from .costs import _positive_seconds, _Timer, median_se
+from .costs import _Timer
 from .loop import _serial_kernels, teacher_forced_logits
 from .runner import _cache_kw, _crop, _new_cache
 
@@ -158,31 +158,17 @@ def batch_axis(target, models: Mapping, ngrams: Mapping, *, toks: Sequence[int],
     units = [(target_step, (b, k)) for b in bs for k in [0, *steps]]
     units += [(draft_step, (name, b, n)) for name in models for b in bs for n in (1, 2)]
     units += [(ngram_step, (name, b)) for name in ngrams for b in bs]
-    threads = torch.get_num_threads()
-    for r in range(warmup + repeats):
-        timer.record = r >= warmup
-        for i in rng.permutation(len(units)):
-            fn, args = units[int(i)]
-            fn(*args)
-            if torch.get_num_threads() != threads:
-                torch.set_num_threads(threads)
-        if progress is not None:
-            progress(1)
+    timer.rounds(units, rng, warmup, repeats, progress)
+
+    def nested(flat: dict) -> dict:  # {(B, n): s} -> {"B": {"n": s}}, both levels in numeric order
+        out: dict = {}
+        for (b, n), v in sorted(flat.items()):
+            out.setdefault(str(b), {})[str(n)] = float(v)
+        return out
 
     def axis(select) -> tuple[dict, dict]:
-        med, se = {}, {}
-        for key, v in timer.samples.items():
-            got = select(key)
-            if got is None:
-                continue
-            b, n = got
-            m, s = median_se(v)
-            med.setdefault(str(b), {})[str(n)] = float(_positive_seconds(m))
-            se.setdefault(str(b), {})[str(n)] = float(s)
-        return ({b: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for b, v in sorted(med.items(),
-                 key=lambda kv: int(kv[0]))},
-                {b: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for b, v in sorted(se.items(),
-                 key=lambda kv: int(kv[0]))})
+        med, se = timer.table(select)
+        return nested(med), nested(se)
 
     tf, tse = axis(lambda key: key[1:] if key[0] == "target" else None)
     ov, ose = axis(lambda key: key[1:] if key[0] == "overhead" else None)

@@ -177,16 +177,54 @@ def timed_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min
 
 
 class _Stamps:
-    """A ``generate`` streamer that only records when each chunk of tokens arrives (the prompt comes first)."""
+    """A ``generate`` streamer that records when each chunk of tokens arrives and its size (the prompt comes
+    first)."""
 
     def __init__(self):
         self.times: list[float] = []
+        self.sizes: list[int] = []
 
-    def put(self, _value) -> None:
+    def put(self, value) -> None:
         self.times.append(time.perf_counter())
+        self.sizes.append(int(value.numel()))
 
     def end(self) -> None:
         pass
+
+
+def hf_generation_config(params: SamplingParams, max_new_tokens: int, eos: list, **extra):
+    """The only generation config Hugging Face ``generate`` runs with here: ``params`` (greedy at temperature 0,
+    else sampling; ``top_k=0`` disables top-k, as in fastspec), ``max_new_tokens``, the EOS ids ``eos`` (none:
+    EOS off), plus ``extra`` fields."""
+    from transformers import GenerationConfig
+
+    kw = dict(max_new_tokens=max_new_tokens, num_beams=1, use_cache=True, pad_token_id=eos[0] if eos else 0,
+              eos_token_id=eos or None, do_sample=not params.greedy)
+    if params.greedy:
+        kw.update(temperature=None, top_k=None, top_p=None)
+    else:
+        kw.update(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                  min_p=params.min_p if params.min_p > 0 else None)
+    kw.update(extra)
+    return GenerationConfig(**kw)
+
+
+@torch.inference_mode()
+def run_hf_generate(model, seq: list, config, seed: int, **kwargs):
+    """``model.generate`` of one prompt ``seq`` with ``config`` (and ``kwargs``), torch's global generator seeded
+    with ``seed`` right before, timed: ``(tokens int64 [n], first_s, total_s, first_step_tokens)`` -- the time to
+    the first generated chunk (the prefill forward also produces it), the whole call, and that chunk's size."""
+    torch.manual_seed(int(seed) % (2 ** 63))
+    ids = torch.tensor([seq], dtype=torch.long)
+    stamps = _Stamps()
+    t0 = time.perf_counter()
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=stamps,
+                         **kwargs)
+    total = time.perf_counter() - t0
+    tokens = out[0, len(seq):].cpu().numpy().astype(np.int64)
+    first = stamps.times[1] - t0 if len(stamps.times) > 1 else total
+    first_tokens = stamps.sizes[1] if len(stamps.sizes) > 1 else len(tokens)
+    return tokens, first, total, first_tokens
 
 
 @torch.inference_mode()
@@ -202,30 +240,13 @@ def hf_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=
     ``prefill_s`` is the time to the first token and ``decode_tokens`` excludes it.  Only a generation
     config built here is used (no sampling defaults of the model's own)."""
     start_numba_pool()  # as the runner's loops do, so both time torch on the same threads
-    from transformers import GenerationConfig
-
     params = SamplingParams(temperature, top_k, top_p, min_p)
     seq = as_token_ids(input_ids)
     n_new = check_max_new_tokens(max_new_tokens)
     eos = sorted(eos_set(eos_token_id))
-    kw = dict(max_new_tokens=n_new, num_beams=1, use_cache=True, pad_token_id=eos[0] if eos else 0,
-              eos_token_id=eos or None, do_sample=not params.greedy)
-    if eos_token_id is None:
-        kw["min_new_tokens"] = n_new
-    if params.greedy:
-        kw.update(temperature=None, top_k=None, top_p=None)
-    else:
-        kw.update(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                  min_p=params.min_p if params.min_p > 0 else None)
-    config = GenerationConfig(**kw)
-    torch.manual_seed(int(seed) % (2 ** 63))
-    ids = torch.tensor([seq], dtype=torch.long)
-    stamps = _Stamps()
-    t0 = time.perf_counter()
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=stamps)
-    total = time.perf_counter() - t0
-    tokens = out[0, len(seq):].cpu().numpy().astype(np.int64)
-    first = stamps.times[1] - t0 if len(stamps.times) > 1 else total
+    extra = {"min_new_tokens": n_new} if eos_token_id is None else {}
+    config = hf_generation_config(params, n_new, eos, **extra)
+    tokens, first, total, _ = run_hf_generate(model, seq, config, seed)
     return GenerateResult(tokens, first, total, first_token_in_prefill=True)
 
 
