@@ -131,7 +131,8 @@ def test_a_broken_link_an_unknown_anchor_and_an_orphan_page_are_reported(tmp_pat
 
 
 def test_slugs_follow_github():
-    assert slug("`fastspec simulate`: what would this draft buy me?") == "fastspec-simulate-what-would-this-draft-buy-me"
+    assert slug("`fastspec simulate`: what would this draft buy me?") == \
+        "fastspec-simulate-what-would-this-draft-buy-me"
     assert slug("llama.cpp `--kl-divergence-base` files (read, never written)") == \
         "llamacpp---kl-divergence-base-files-read-never-written"
     assert slug("Predicted vs measured: fastspec's loop and Hugging Face's `generate`") == \
