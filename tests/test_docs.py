@@ -138,3 +138,16 @@ def test_slugs_follow_github():
     assert slug("Predicted vs measured: fastspec's loop and Hugging Face's `generate`") == \
         "predicted-vs-measured-fastspecs-loop-and-hugging-faces-generate"
     assert anchors("# A\n## A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1", "a-2"}
+
+
+def test_the_cli_reference_lists_todays_flags():
+    """docs/reference/cli.md's flag lists are what the commands' --help says (rerun scripts/cli_reference.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    text = ref.PAGE.read_text()
+    assert ref.MARKER in text
+    assert text.split(ref.MARKER)[1].strip() == ref.flags_markdown().strip(), \
+        "docs/reference/cli.md is out of date: run python scripts/cli_reference.py"
