@@ -1,0 +1,153 @@
+"""The documentation holds together: every relative link and #anchor in README.md, data/README.md and docs/**/*.md
+resolves, and every page under docs/ is reachable from README.md by links (issue 29, item 1)."""
+from __future__ import annotations
+
+import pathlib
+import re
+import unicodedata
+from collections import deque
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+#: ``[text](target)`` and ``![alt](target)``; a title after the target (``(x "title")``) is dropped
+_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_EXPLICIT = re.compile(r"<a\s+(?:[^>]*?\s)?(?:id|name)\s*=\s*[\"']([^\"']+)[\"']", re.I)
+_EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)  # http:, https:, mailto:, ...
+
+
+def _prose_lines(text: str):
+    """(line number, line) outside fenced code blocks, with inline code spans blanked out."""
+    fenced = False
+    for i, line in enumerate(text.splitlines(), 1):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            yield i, line
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: markup dropped, lowercase, punctuation other than '-' and '_' removed,
+    spaces -> '-'."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading keeps its text
+    text = re.sub(r"<[^>]+>", "", text).replace("`", "").lower()
+    kept = [c for c in text if c in "-_ " or unicodedata.category(c)[0] in "LN"]
+    return "".join(kept).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """Every anchor a page defines: heading slugs (a repeated one gets -1, -2, ... as on GitHub) and explicit
+    ``<a id=...>`` / ``<a name=...>``."""
+    found, seen = set(), {}
+    for _, line in _prose_lines(text):
+        m = _HEADING.match(line)
+        if m:
+            s = slug(m.group(2))
+            n = seen.get(s, 0)
+            seen[s] = n + 1
+            found.add(s if n == 0 else f"{s}-{n}")
+        found.update(_EXPLICIT.findall(line))
+    return found
+
+
+def links(text: str):
+    """(line number, target) of every link in prose (code blocks and inline code are not links)."""
+    for i, line in _prose_lines(text):
+        for m in _LINK.finditer(re.sub(r"`[^`]*`", lambda c: " " * len(c.group(0)), line)):
+            yield i, m.group(1)
+
+
+def pages(root: pathlib.Path) -> list[pathlib.Path]:
+    """README.md, data/README.md and every page under docs/."""
+    out = [root / "README.md"] + sorted((root / "docs").rglob("*.md"))
+    data = root / "data" / "README.md"
+    return out + ([data] if data.exists() else [])
+
+
+def check(root: pathlib.Path) -> list[str]:
+    """Every problem, one line each: a relative link to a path that does not exist, an anchor that the target page
+    does not define, a page under docs/ that README.md does not reach by links."""
+    problems, cache = [], {}
+
+    def anchors_of(path: pathlib.Path) -> set[str]:
+        if path not in cache:
+            cache[path] = anchors(path.read_text(encoding="utf-8"))
+        return cache[path]
+
+    graph: dict[pathlib.Path, set[pathlib.Path]] = {}
+    for page in pages(root):
+        graph[page] = set()
+        where = page.relative_to(root)
+        for line, target in links(page.read_text(encoding="utf-8")):
+            if _EXTERNAL.match(target):
+                continue
+            path_part, _, anchor = target.partition("#")
+            dest = (page.parent / path_part).resolve() if path_part else page
+            if not dest.exists():
+                problems.append(f"{where}:{line}: broken link {target!r}: {path_part} does not exist")
+                continue
+            if dest.is_file() and dest.suffix == ".md":
+                graph[page].add(dest)
+                if anchor and anchor not in anchors_of(dest):
+                    problems.append(f"{where}:{line}: broken anchor {target!r}: no heading or <a id> "
+                                    f"'{anchor}' in {dest.relative_to(root)}")
+            elif anchor:
+                problems.append(f"{where}:{line}: anchor {target!r} into a file that is not a Markdown page")
+    start = (root / "README.md").resolve()
+    reached, todo = {start}, deque([start])
+    resolved = {p.resolve(): p for p in graph}
+    while todo:
+        for nxt in graph.get(resolved.get(todo.popleft()), ()):
+            if nxt not in reached:
+                reached.add(nxt)
+                todo.append(nxt)
+    for page in sorted((root / "docs").rglob("*.md")):
+        if page.resolve() not in reached:
+            problems.append(f"{page.relative_to(root)}: not reachable from README.md by links")
+    return problems
+
+
+def test_every_link_and_anchor_resolves_and_every_page_is_reachable():
+    assert check(ROOT) == []
+
+
+def test_a_broken_link_an_unknown_anchor_and_an_orphan_page_are_reported(tmp_path):
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("# Front\n\n[guide](docs/guide/a.md), [anchor](docs/guide/a.md#the-api-v2)\n"
+                                        "[gone](docs/guide/missing.md) and [bad anchor](docs/guide/a.md#nowhere)\n"
+                                        "`[not a link](nowhere.md)`\n\n```\n[nor this](nowhere.md)\n```\n")
+    (tmp_path / "docs" / "guide" / "a.md").write_text("# A\n\n## The `api`: v2!\n\n<a id=\"here\"></a>\n\n"
+                                                      "[self](#here) [back](../../README.md#front) [up](#a)\n")
+    (tmp_path / "docs" / "orphan.md").write_text("# Orphan\n\n[front](../README.md)\n")
+    problems = check(tmp_path)
+    assert len(problems) == 3, problems
+    assert any("README.md:4: broken link 'docs/guide/missing.md'" in p for p in problems), problems
+    assert any("README.md:4: broken anchor 'docs/guide/a.md#nowhere'" in p for p in problems), problems
+    assert any(p == "docs/orphan.md: not reachable from README.md by links" for p in problems), problems
+    (tmp_path / "README.md").write_text("# Front\n\n[guide](docs/guide/a.md#the-api-v2) [o](docs/orphan.md)\n")
+    assert check(tmp_path) == []
+
+
+def test_slugs_follow_github():
+    assert slug("`fastspec simulate`: what would this draft buy me?") == \
+        "fastspec-simulate-what-would-this-draft-buy-me"
+    assert slug("llama.cpp `--kl-divergence-base` files (read, never written)") == \
+        "llamacpp---kl-divergence-base-files-read-never-written"
+    assert slug("Predicted vs measured: fastspec's loop and Hugging Face's `generate`") == \
+        "predicted-vs-measured-fastspecs-loop-and-hugging-faces-generate"
+    assert anchors("# A\n## A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1", "a-2"}
+
+
+def test_the_cli_reference_lists_todays_flags():
+    """docs/reference/cli.md's flag lists are what the commands' --help says (rerun scripts/cli_reference.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    text = ref.PAGE.read_text()
+    assert ref.MARKER in text
+    assert text.split(ref.MARKER)[1].strip() == ref.flags_markdown().strip(), \
+        "docs/reference/cli.md is out of date: run python scripts/cli_reference.py"
