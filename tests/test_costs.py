@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fastspec.costs import CostTable, LoopCost
+from fastspec.costs import CostTable, StepCost
 
 TABLE = {
     "version": 1, "machine": "test", "threads": 2, "context_length": 50,
@@ -20,7 +20,7 @@ TABLE = {
 def test_round_trip_and_the_loop_arithmetic():
     t = CostTable.from_json(json.dumps(TABLE))
     assert CostTable.from_dict(t.as_dict()) == t
-    c = t.loop_cost("small")
+    c = StepCost(t, "small")
     assert c.plain_step_s() == pytest.approx(0.0205)
     # k = 2: first draft forward (one token, or two with prob a), one more draft forward, target over 3, overhead(2)
     assert c.step_s(2, 0.0) == pytest.approx(0.004 + 0.004 + 0.022 + 0.0012)
@@ -37,9 +37,9 @@ def test_round_trip_and_the_loop_arithmetic():
         'target.forward_s["4"]', 'overhead_s["3"]', 'overhead_s["4"]']
     # the n-gram proposer: one call per step, whatever k
     full = CostTable.from_dict({**TABLE, "overhead_s": {**TABLE["overhead_s"], "4": 0.0013}})
-    g = full.loop_cost("ngram")
+    g = StepCost(full, "ngram")
     assert g.step_s(4, 0.3) == pytest.approx(0.00002 + 0.025 + 0.0013)
-    assert 0 < full.loop_cost("small").relative_se(4, 0.2) < 0.2
+    assert 0 < StepCost(full, "small").relative_se(4, 0.2) < 0.2
 
 
 @pytest.mark.parametrize("mutate, match", [
@@ -66,12 +66,12 @@ def test_bad_tables_are_refused(mutate, match):
 def test_unknown_draft_and_bad_json():
     t = CostTable.from_dict(TABLE)
     with pytest.raises(ValueError, match="no draft named 'x'"):
-        t.loop_cost("x")
+        StepCost(t, "x")
     with pytest.raises(ValueError, match="not valid JSON"):
         CostTable.from_json("{")
     with pytest.raises(ValueError, match="no such file"):
         CostTable.from_file("/nonexistent/costs.json")
-    assert isinstance(t.loop_cost("small"), LoopCost)
+    assert isinstance(StepCost(t, "small"), StepCost)
 
 
 def test_save_writes_atomically_and_leaves_no_temporary_file(tmp_path, monkeypatch):
