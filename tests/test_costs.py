@@ -125,7 +125,7 @@ def test_one_step_cost_object_for_every_case():
 def test_one_break_even():
     """One rule: the vLLM benchmark's and simulate --batch's break-even are fastspec.costs.break_even."""
     from fastspec.costs import break_even
-    from fastspec.engines import vllm_batch, vllm_schedule  # noqa: F401 (they import it)
+    from fastspec.engines import vllm_batch
     from fastspec.simulation.batch import _break_even
 
     assert vllm_batch.break_even is break_even

@@ -16,8 +16,8 @@ exactly:
 * :func:`schedule_wall`: the predicted wall time: the measured prefill wall plus, per decode step, the table's
   ``target(B, n)`` at the sequences in flight and their mean new tokens n (linear in n and in B between the
   table's entries: an approximation) plus ``overhead(B, k)`` (``overhead(B, 0)`` when nobody drafted).  Unlike
-  :mod:`fastspec.costs_batch`, which prices every n-gram step as a full k-draft step at a full batch, this prices
-  what vLLM schedules.
+  :class:`fastspec.costs.StepCost` at batch B, which prices every n-gram step as a full k-draft step at a full
+  batch, this prices what vLLM schedules (:meth:`~fastspec.costs.StepCost.scheduled_step_s`).
 """
 from __future__ import annotations
 
