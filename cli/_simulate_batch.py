@@ -47,7 +47,7 @@ def prepare(batch: str | None, extrapolate: bool, *, dump: str, table, costs: st
             fail("--batch-extrapolate needs --batch (the batch sizes to predict)")
         return None, None
     from fastspec.simulation.batch import check_batch_table
-    from fastspec.costs_batch import parse_batch_list
+    from fastspec.costs import parse_batch_list
 
     with option_errors("--batch"):
         bs = parse_batch_list(batch, "batch")

@@ -61,7 +61,7 @@ def cost_command(
     params = sampling_params(temperature, top_k, top_p, min_p)
     batches = None
     if batch is not None:
-        from fastspec.costs_batch import parse_batch_list
+        from fastspec.costs import parse_batch_list
 
         with option_errors("--batch"):
             batches = parse_batch_list(batch, "batch")
@@ -80,7 +80,7 @@ def cost_command(
         if os.path.isdir(out):
             fail(f"--out {out} is a directory; give a file name (costs.json)")
     hf = import_hf()
-    from fastspec.hf.costs import DEFAULT_CONTEXT_LENGTH, check_cost_context
+    from fastspec.hf.timing import DEFAULT_CONTEXT_LENGTH, check_batch_budget, check_cost_context
 
     set_threads(hf, threads)
     if draft:
@@ -95,9 +95,7 @@ def cost_command(
                            context_length=context_length)
     with option_errors("--batch"):  # the largest batch forward within bounds, before any forward
         if batches is not None:
-            from fastspec.hf.costs_batch import _check_size
-
-            _check_size(batches, max(ks), int(tmodel.get_output_embeddings().weight.shape[0]))
+            check_batch_budget(batches, max(ks), int(tmodel.get_output_embeddings().weight.shape[0]))
     rounds = (repeats + warmup) * (2 if batches else 1)
     start, advance, _, stop = progress_bar(stderr_console(), "measuring costs (rounds)", rounds, every=5)
     start()

@@ -64,7 +64,7 @@ def dump_command(
     check_range("--cost-repeats", cost_repeats, 1, MAX_REPEATS, "rounds")
     check_options(max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save, seed=seed)
     hf = import_hf()
-    from fastspec.hf.costs import DEFAULT_WARMUP
+    from fastspec.hf.timing import DEFAULT_WARMUP
     from fastspec.hf.dumping import check_dump_positions
 
     set_threads(hf, threads)

@@ -277,7 +277,7 @@ def test_library_refuses_before_generating(monkeypatch, tmp_path):
     def boom(*_a, **_k):
         raise _Reached("generated before checking the position limit")
 
-    for mod in ("fastspec.hf.costs", "fastspec.hf.dumping", "fastspec.hf.measure"):
+    for mod in ("fastspec.hf.timing", "fastspec.hf.dumping", "fastspec.hf.measure"):
         m = importlib.import_module(mod)
         for name in ("generate", "timed_generate", "speculative_generate"):
             if hasattr(m, name):
@@ -303,4 +303,4 @@ def test_library_refuses_before_generating(monkeypatch, tmp_path):
         with pytest.raises(InvalidInput, match=match):
             call()
     assert not (tmp_path / "d.npz").exists()
-    assert hf.costs.check_cost_context(target, {"d": draft}, ks=[2], context_length=29) == 29
+    assert hf.timing.check_cost_context(target, {"d": draft}, ks=[2], context_length=29) == 29

@@ -10,8 +10,7 @@ from fractions import Fraction
 
 import pytest
 
-from fastspec.costs import MAX_BATCH_SIZE, CostTable
-from fastspec.costs_batch import BatchCost, MissingBatchEntries, parse_batch_list
+from fastspec.costs import MAX_BATCH_SIZE, CostTable, MissingBatchEntries, StepCost, parse_batch_list
 from fastspec.errors import InvalidInput, InvalidType
 
 V1 = {
@@ -79,53 +78,55 @@ def test_batch_one_is_the_loop_cost_of_a_v1_table():
     t = CostTable.from_dict(V1)
     for k in (1, 2, 4):
         for a in (0.0, 0.3, 1.0):
-            assert math.isclose(t.batch(1, "d").step_s(k, a), t.loop_cost("d").step_s(k, a), rel_tol=1e-12)
-            if k == 1 and a in (0.0, 1.0):  # draft(1) used once: the same delta method as LoopCost
-                assert math.isclose(t.batch(1, "d").relative_se(k, a), t.loop_cost("d").relative_se(k, a),
+            assert math.isclose(StepCost(t, "d", batch=1).step_s(k, a), StepCost(t, "d").step_s(k, a), rel_tol=1e-12)
+            if k == 1 and a in (0.0, 1.0):  # draft(1) used once: the same delta method as batch 1 (batch=None)
+                assert math.isclose(StepCost(t, "d", batch=1).relative_se(k, a), StepCost(t, "d").relative_se(k, a),
                                     rel_tol=1e-12)
     # k draft(1) forwards are one measured entry used k times: its error enters k-fold (perfectly correlated)
     step = 0.7 * 0.006 + (0.3 + 3) * 0.005 + 0.028 + 0.0015
     var = (0.7 * 0.0001) ** 2 + (3.3 * 0.0001) ** 2 + 0.0004 ** 2
     plain, var_p = 0.0205, 0.0002 ** 2
-    assert math.isclose(t.batch(1, "d").relative_se(4, 0.7), math.sqrt(var / step ** 2 + var_p / plain ** 2),
+    assert math.isclose(StepCost(t, "d", batch=1).relative_se(4, 0.7), math.sqrt(var / step ** 2 + var_p / plain ** 2),
                         rel_tol=1e-12)
-    assert t.batch(1).plain_step_s() == t.plain_step_s()
-    assert math.isclose(t.batch(1, "ngram").step_s(2), t.loop_cost("ngram").step_s(2), rel_tol=1e-12)
+    assert StepCost(t, batch=1).plain_step_s() == t.plain_step_s()
+    assert math.isclose(StepCost(t, "ngram", batch=1).step_s(2), StepCost(t, "ngram").step_s(2), rel_tol=1e-12)
 
 
 def test_pricing_arithmetic_by_hand():
     t = CostTable.from_dict(v2())
     F = Fraction
     # plain at B = 8: target(8, 1) + overhead(8, 0)
-    assert math.isclose(t.batch(8).plain_step_s(), float(F("0.030") + F("0.002")), rel_tol=1e-12)
+    assert math.isclose(StepCost(t, batch=8).plain_step_s(), float(F("0.030") + F("0.002")), rel_tol=1e-12)
     # model draft, B = 4, k = 4, a = 0.5: q = 1 - 0.5^4; first draft forward (4, 2) w.p. q else (4, 1); 3 more (4, 1)
     q = 1 - F(1, 2) ** 4
     want = q * F("0.009") + (1 - q) * F("0.007") + 3 * F("0.007") + F("0.045") + F("0.003")
-    assert math.isclose(t.batch(4, "d").step_s(4, 0.5), float(want), rel_tol=1e-12)
+    assert math.isclose(StepCost(t, "d", batch=4).step_s(4, 0.5), float(want), rel_tol=1e-12)
     # a = 0: k forwards at (B, 1)
-    assert math.isclose(t.batch(8, "d").step_s(2, 0.0), float(2 * F("0.009") + F("0.050") + F("0.005")),
+    assert math.isclose(StepCost(t, "d", batch=8).step_s(2, 0.0), float(2 * F("0.009") + F("0.050") + F("0.005")),
                         rel_tol=1e-12)
     # one-call draft: one call at (B, 1) whatever k
-    assert math.isclose(t.batch(8, "ngram").step_s(4), float(F("0.00016") + F("0.070") + F("0.006")), rel_tol=1e-12)
+    assert math.isclose(StepCost(t, "ngram", batch=8).step_s(4), float(F("0.00016") + F("0.070") + F("0.006")),
+                        rel_tol=1e-12)
     # relative se (delta method, independent entries) at B = 4, k = 1, a = 0
     step = 0.007 + 0.030 + 0.002
     plain = 0.025 + 0.001
     want_se = math.sqrt((0.0002 ** 2 + 0.001 ** 2 + 0.0001 ** 2) / step ** 2 + (0.001 ** 2 + 0.0001 ** 2) / plain ** 2)
-    assert math.isclose(t.batch(4, "d").relative_se(1, 0.0), want_se, rel_tol=1e-12)
+    assert math.isclose(StepCost(t, "d", batch=4).relative_se(1, 0.0), want_se, rel_tol=1e-12)
 
 
 def test_batch_axis_entry_overrides_v1_at_batch_one():
     obj = v2()
     obj["target"]["batch_forward_s"]["1"] = {"1": 0.019}
     t = CostTable.from_dict(obj)
-    assert t.batch(1).plain_step_s() == pytest.approx(0.019 + 0.0005)
-    assert t.batch(1).step_s(1) == pytest.approx(0.022 + 0.001)  # n = 2 not on the axis at B = 1: the v1 entry
+    assert StepCost(t, batch=1).plain_step_s() == pytest.approx(0.019 + 0.0005)
+    # n = 2 not on the axis at B = 1: the v1 entry
+    assert StepCost(t, batch=1).step_s(1) == pytest.approx(0.022 + 0.001)
 
 
 def test_missing_entries_named_with_batch_and_n():
     t = CostTable.from_dict(v2())
     with pytest.raises(MissingBatchEntries) as exc:
-        t.batch(16, "d").step_s(2)
+        StepCost(t, "d", batch=16).step_s(2)
     msg = str(exc.value)
     assert "target.batch_forward_s at (B, n) = (16, 3)" in msg
     assert "batch_overhead_s at (B, k) = (16, 2)" in msg
@@ -134,33 +135,33 @@ def test_missing_entries_named_with_batch_and_n():
     assert ("target.batch_forward_s", 16, 3) in exc.value.missing
     # a k the table lacks at a measured B
     with pytest.raises(MissingBatchEntries, match=r"target.batch_forward_s at \(B, n\) = \(4, 4\)"):
-        t.batch(4).step_s(3)
-    assert t.batch(16, "d").missing([1]) == [("batch_overhead_s", 16, 0), ("batch_overhead_s", 16, 1),
+        StepCost(t, batch=4).step_s(3)
+    assert StepCost(t, "d", batch=16).missing([1]) == [("batch_overhead_s", 16, 0), ("batch_overhead_s", 16, 1),
                                              ("drafts['d'].batch_forward_s", 16, 1),
                                              ("target.batch_forward_s", 16, 1), ("target.batch_forward_s", 16, 2)]
-    assert t.batch(8, "d").missing([1, 2, 4]) == []
+    assert StepCost(t, "d", batch=8).missing([1, 2, 4]) == []
 
 
 def test_extrapolation_only_when_asked_and_listed():
     t = CostTable.from_dict(v2())
-    c = t.batch(16, extrapolate=True)
+    c = StepCost(t, batch=16, extrapolate=True)
     # target(·, 1) at B = 4, 8: 0.025, 0.030 -> slope 0.00125 per sequence; at 16: 0.040; overhead 0.001, 0.002 -> 0.004
     assert c.plain_step_s() == pytest.approx(0.040 + 0.004)
     assert ("target", 16, 1) in c.extrapolated and ("overhead", 16, 0) in c.extrapolated
     # interpolation inside the range (B = 6 between 4 and 8)
-    assert t.batch(6, extrapolate=True).entry("target", 1)[0] == pytest.approx(0.0275)
+    assert StepCost(t, batch=6, extrapolate=True).entry("target", 1)[0] == pytest.approx(0.0275)
     # below the range: B = 2 from (1, 0.020) and (4, 0.025), interpolated
-    assert t.batch(2, extrapolate=True).entry("target", 1)[0] == pytest.approx(0.020 + 0.005 / 3)
+    assert StepCost(t, batch=2, extrapolate=True).entry("target", 1)[0] == pytest.approx(0.020 + 0.005 / 3)
     # never below the largest measured value above the range (a falling line is clamped)
     obj = v2()
     obj["target"]["batch_forward_s"]["8"]["1"] = 0.010
-    assert CostTable.from_dict(obj).batch(16, extrapolate=True).entry("target", 1)[0] == pytest.approx(0.010)
+    assert StepCost(CostTable.from_dict(obj), batch=16, extrapolate=True).entry("target", 1)[0] == pytest.approx(0.010)
     # one measured B for an entry: nothing to draw a line through, still missing
     t2 = CostTable.from_dict(V1)
     with pytest.raises(MissingBatchEntries):
-        t2.batch(4, extrapolate=True).plain_step_s()
+        StepCost(t2, batch=4, extrapolate=True).plain_step_s()
     with pytest.raises(MissingBatchEntries):
-        t.batch(16).plain_step_s()
+        StepCost(t, batch=16).plain_step_s()
 
 
 @pytest.mark.parametrize("mutate, words", [
@@ -207,11 +208,11 @@ def test_parse_batch_list():
 def test_batch_cost_arguments():
     t = CostTable.from_dict(v2())
     with pytest.raises(InvalidInput, match="no draft named 'x'"):
-        BatchCost(t, 4, "x")
+        StepCost(t, "x", batch=4)
     with pytest.raises(InvalidInput, match="outside"):
-        t.batch(0)
+        StepCost(t, batch=0)
     with pytest.raises(InvalidType, match="CostTable"):
-        BatchCost({"version": 2}, 4)
+        StepCost({"version": 2}, batch=4)
 
 
 # -- measured with tiny random models -----------------------------------------------------------------------------
@@ -233,7 +234,7 @@ def test_measure_costs_with_batches_tiny_models():
     assert set(table.overhead_batch_s[3]) == {0, 1, 2}
     assert all(v > 0 for row in table.target_batch_se.values() for v in row.values()) or True  # se may be 0
     assert CostTable.from_json(table.to_json()) == table
-    assert table.batch(3, "d").step_s(2, 0.5) > 0 and "batch axis B = 1,3" in table.info["note"]
+    assert StepCost(table, "d", batch=3).step_s(2, 0.5) > 0 and "batch axis B = 1,3" in table.info["note"]
 
 
 @pytest.mark.hf
@@ -260,12 +261,12 @@ def test_cost_cli_batch(tmp_path):
 
 def test_measurement_size_caps():
     pytest.importorskip("torch")
-    from fastspec.hf.costs_batch import MAX_CACHED_TOKENS, _check_size
+    from fastspec.hf.timing import MAX_CACHED_TOKENS, check_batch_budget
 
-    _check_size([1, 2, 4, 8, 16], 8, 49152, 70, 4)  # the shipped dump's models: fine
+    check_batch_budget([1, 2, 4, 8, 16], 8, 49152, 70, 4)  # the shipped dump's models: fine
     with pytest.raises(InvalidInput, match=r"B = 4096 with k up to 8 feeds 36864 tokens"):
-        _check_size([4096], 8, 8)
+        check_batch_budget([4096], 8, 8)
     with pytest.raises(InvalidInput, match=r"feeds 7168 tokens and returns 352321536 logits per timed forward"):
-        _check_size([1024], 6, 49152)
+        check_batch_budget([1024], 6, 49152)
     with pytest.raises(InvalidInput, match=f"at most {MAX_CACHED_TOKENS}"):
-        _check_size([512, 1024], 1, 8, 128, 2)
+        check_batch_budget([512, 1024], 1, 8, 128, 2)

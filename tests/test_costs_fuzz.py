@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fastspec.costs import CostTable
+from fastspec.costs import CostTable, StepCost
 from fastspec.errors import InvalidInput, InvalidType
 from fastspec.simulation.speedup import TablePricing, speedup_interval
 
@@ -142,6 +142,6 @@ def test_textual_mutations_through_a_file_are_read_or_refused(tmp_path_factory, 
 def test_the_valid_table_is_read_and_priced():
     """The fuzzers' starting point is a table that is read (so the mutations test refusals, not a broken base)."""
     _check_priced(CostTable.from_dict(VALID))
-    assert CostTable.from_dict(VALID).loop_cost("d").speedup(2.0, 5) > 0
+    assert StepCost(CostTable.from_dict(VALID), "d").speedup(2.0, 5) > 0
     with pytest.raises(InvalidInput):
         CostTable.from_json(json.dumps(VALID).replace('"threads": 2', '"threads": NaN'))

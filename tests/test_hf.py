@@ -388,7 +388,7 @@ SAMPLING = [dict(temperature=1.0), dict(temperature=0.7, top_k=5), dict(temperat
 def test_loop_sampler_equals_the_old_one(params):
     """The loop draws with fastspec.processing.sample_tokens: under one uniform it picks the token the old cumsum
     sampler picked (also u = 0 exactly), and it consumes exactly one uniform per token."""
-    from fastspec.hf.loop import _draw
+    from fastspec.hf.loop import draw_token
     from fastspec.params import SamplingParams
 
     sp = SamplingParams(**params)
@@ -401,11 +401,11 @@ def test_loop_sampler_equals_the_old_one(params):
         seed = int(rng.integers(2 ** 32))
         mine, ref = np.random.default_rng(seed), np.random.default_rng(seed)
         for _ in range(3):
-            assert _draw(row, mine, sp) == _old_sample(row, ref.random(), params)
+            assert draw_token(row, mine, sp) == _old_sample(row, ref.random(), params)
         assert mine.random() == ref.random()  # same number of uniforms drawn
     zero = SimpleNamespace(random=lambda: 0.0)  # a generator whose next uniform is exactly 0
     row = np.array([-np.inf, 0.5, 2.0, -1.0], np.float32)
-    assert _draw(row, zero, sp) == _old_sample(row, 0.0, params)
+    assert draw_token(row, zero, sp) == _old_sample(row, 0.0, params)
 
 
 @pytest.mark.parametrize("params", SAMPLING[:3])

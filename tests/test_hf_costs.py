@@ -17,9 +17,9 @@ import pytest
 from hf_models import V, save_model as _save_model, tiny, torch
 
 from fastspec import hf
-from fastspec.costs import CostTable
+from fastspec.costs import CostTable, StepCost
 from fastspec.errors import InvalidInput
-from fastspec.hf.costs import median_se
+from fastspec.stats import median_se
 from fastspec.io import load_dump, save_dump
 from fastspec.ngram import NgramProposer
 from fastspec.shards import is_sharded, list_shards, load_any
@@ -93,7 +93,7 @@ def test_measured_table_validates_and_round_trips_through_a_dump(models, tmp_pat
     assert info["context_length"] == 12 and info["repeats"] == 3 and info["threads"] == torch.get_num_threads()
     assert "logical CPUs" in info["machine"] and "median" in info["note"]
     for name in table.draft_forward_s:
-        c = table.loop_cost(name)
+        c = StepCost(table, name)
         assert np.isfinite(c.speedup(1.5, 2, 0.3)) and c.relative_se(4, 0.3) >= 0
     # through a dump: save_dump(costs=...) stores the JSON as a 0-d string array; the loader validates it
     P = np.random.default_rng(0).normal(size=(2, 3, V)).astype(np.float32)

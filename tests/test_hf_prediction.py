@@ -194,8 +194,10 @@ def _table():
 
 def test_predict_speedups_from_a_cost_table(dense_dump):
     """predict(costs=...) prices every row with the loop's cost model (simulate's speed-up): a model draft's
-    speed-up is LoopCost.speedup of the exact tokens per step; its interval is simulate's, and the standard
+    speed-up is StepCost.speedup of the exact tokens per step; its interval is simulate's, and the standard
     error the interval's half-width / 1.96.  Without a table: no speed-up."""
+    from fastspec.costs import StepCost
+
     path, _ = dense_dump
     table = _table()
     pred = P.predict(path, ["d"], [1, 2], costs=table, trials=4)
@@ -203,7 +205,7 @@ def test_predict_speedups_from_a_cost_table(dense_dump):
         sp = pred.speedup("d", k)
         row = pred.row("d", k)
         m = pred.figures("d", k)["mean_acceptance_length_exact"]
-        assert sp["estimate"] == pytest.approx(table.loop_cost("d").speedup(m, k, row.p_all_accepted))
+        assert sp["estimate"] == pytest.approx(StepCost(table, "d").speedup(m, k, row.p_all_accepted))
         lo, hi = sp["ci95"]
         assert lo < sp["estimate"] < hi  # the log-scale interval's standard error, back on the speed-up's scale
         assert sp["standard_error"] == pytest.approx(sp["estimate"] * math.log(hi / lo) / (2 * P.Z95))

@@ -186,7 +186,7 @@ def test_search_budget_truncates_and_says_so(dump, costs):
 
 
 def test_relative_se_of_a_histogram_reduces_to_loop_cost():
-    from fastspec.costs import CostTable
+    from fastspec.costs import CostTable, StepCost
     from fastspec.simulation.policy_eval import _relative_se
 
     t = _table("near", 6)
@@ -194,7 +194,7 @@ def test_relative_se_of_a_histogram_reduces_to_loop_cost():
     t["drafts"]["near"]["forward_s"]["2"] = 0.0025
     t["drafts"]["near"]["forward_s_se"] = {"1": 0.0001, "2": 0.0002}
     t["overhead_s_se"] = {k: 0.00001 for k in t["overhead_s"]}
-    loop = CostTable.from_dict(t).loop_cost("near")
+    loop = StepCost(CostTable.from_dict(t), "near")
     for k in (1, 3, 6):
         h = np.zeros(8)
         h[k] = 11.0

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fastspec.costs import CostTable
-from fastspec.costs_batch import MissingBatchEntries
+from fastspec.costs import CostTable, MissingBatchEntries, StepCost
 from fastspec.errors import InvalidInput, InvalidType
 from fastspec.simulation import simulate
 from fastspec.simulation.batch import _break_even, batch_predictions, check_batch_table, expected_max
@@ -67,15 +66,15 @@ def test_hand_computation():
     assert r.tokens_per_s == pytest.approx(4 * 2.0 / step, rel=1e-12)
     assert r.tokens_per_s_per_sequence == pytest.approx(2.0 / step, rel=1e-12)
     assert r.speedup == pytest.approx(2.0 * plain / step, rel=1e-12)
-    rel = t.batch(4, "d").relative_se(2, 0.4)
+    rel = StepCost(t, "d", batch=4).relative_se(2, 0.4)
     assert rel == 0.0  # no standard errors at B = 4 in this table
     assert r.speedup_ci95 == pytest.approx(speedup_interval(r.speedup, 2.0, 0.1, rel))
     p4 = next(p for p in bp.plain if p["batch"] == 4)
     assert p4["tokens_per_s"] == pytest.approx(4 / plain)
     assert p4["tokens_per_s_per_sequence"] == pytest.approx(1 / plain)
-    # batch 1 is the version-1 loop cost (LoopCost), the same figure simulate prints
+    # batch 1 is the version-1 loop cost (StepCost at batch 1), the same figure simulate prints
     r1 = next(x for x in bp.rows if x.batch == 1 and x.k == 1)
-    assert r1.speedup == pytest.approx(1.6 * t.plain_step_s() / t.loop_cost("d").step_s(1, 0.6), rel=1e-12)
+    assert r1.speedup == pytest.approx(1.6 * t.plain_step_s() / StepCost(t, "d").step_s(1, 0.6), rel=1e-12)
     d = bp.as_dict()
     assert json.loads(json.dumps(d)) == d and d["model"] == "continuous batching"
     assert d["best"]["4"] == {"d": bp.best[4]["d"]} and not d["static"] and not d["extrapolated"]
@@ -143,7 +142,7 @@ def test_static_batch_from_per_sequence_figures():
     bp = batch_predictions(res, t, [1, 4], per_sequence={("d", 2): (tokens, steps)})
     assert bp.static and any("static synchronous batch" in a for a in bp.assumptions)
     r = next(x for x in bp.rows if x.batch == 4)
-    plain = t.batch(4).plain_step_s()
+    plain = StepCost(t, batch=4).plain_step_s()
     want = float(brute_expected_max(tokens, 4)) * plain / (float(brute_expected_max(steps, 4)) * r.step_s)
     assert r.static_speedup == pytest.approx(want, rel=1e-12)
     assert r.static_tokens_per_s == pytest.approx(4 * 30.0 / (float(brute_expected_max(steps, 4)) * r.step_s))
@@ -318,7 +317,7 @@ def test_ngram_rows_by_hand():
     bp = batch_predictions(res, t, [1, 4])
     for b in (1, 4):
         x = next(y for y in bp.rows if y.batch == b)
-        c = t.batch(b, "ngram")
+        c = StepCost(t, "ngram", batch=b)
         plain, lookup = c.plain_step_s(), 0.0001 * b
         full = lookup + c.entry("target", 3)[0] + c.entry("overhead", 2)[0]
         step = 0.1 ** b * (plain + lookup) + (1 - 0.1 ** b) * full
@@ -326,4 +325,4 @@ def test_ngram_rows_by_hand():
         assert x.tokens_per_step == 1.5 and x.speedup == pytest.approx(1.5 * plain / step, rel=1e-12)
     # the broken variant (every step a full k-draft step) differs: the plain-step share matters at B = 1
     x1 = next(y for y in bp.rows if y.batch == 1)
-    assert x1.step_s != pytest.approx(t.batch(1, "ngram").step_s(2), rel=1e-3)
+    assert x1.step_s != pytest.approx(StepCost(t, "ngram", batch=1).step_s(2), rel=1e-3)

@@ -11,7 +11,7 @@ import pytest
 
 from fastspec import save_dump
 from fastspec.analysis import expected_tokens_per_step
-from fastspec.costs import CostTable
+from fastspec.costs import CostTable, StepCost
 from fastspec.errors import InvalidInput, InvalidType
 from fastspec.io import load_dump
 from fastspec.simulation import simulate
@@ -75,7 +75,7 @@ def test_speedup_from_a_cost_table_is_the_loops_model(dense):
         assert r.ci95_sequences == pytest.approx((m - half, m + half), rel=1e-12)
         lo, hi = r.speedup_ci95
         assert lo < r.speedup < hi
-        rel = CostTable.from_dict(TABLE).loop_cost(r.draft).relative_se(r.k, r.p_all_accepted)
+        rel = StepCost(CostTable.from_dict(TABLE), r.draft).relative_se(r.k, r.p_all_accepted)
         assert rel > 0  # the costs' standard errors widen the prompts' interval, in quadrature
         assert math.log(hi / lo) / 2 == pytest.approx(math.hypot(half / m, Z95 * rel), rel=1e-9)
         assert lo * hi == pytest.approx(s * s, rel=1e-12)  # symmetric on the log scale

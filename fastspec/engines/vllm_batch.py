@@ -55,7 +55,6 @@ waiting threads sleep.
 from __future__ import annotations
 
 import json
-import math
 import os
 import select
 import statistics
@@ -67,6 +66,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..costs.batch import break_even
 from ..errors import InvalidInput
 from ..stats import median_se
 from .conventions import VLLM, Counters, expected_counters
@@ -419,26 +419,6 @@ def summarize(runs, records, exact, table, cost_rounds, *, batches, k, min_n, ma
     return VllmBatchResult(version, os.path.abspath(target), k, [min_n, max_n], list(batches), max_tokens, prompts,
                            rounds, runs, thr, speed, acc, ex, match, same, table, cost_rounds, load_s, wall_s,
                            prefill, records, warnings)
-
-
-def break_even(points: Sequence[tuple]) -> dict:
-    """Where speculation stops paying, from [(B, speed-up)] sorted by B: ``pays_up_to`` (the largest B before
-    the first B whose speed-up is not above 1), ``stops_at`` (that B) and ``estimate`` (speed-up 1 interpolated
-    linearly in log B and log speed-up between them; the rule of ``fastspec.simulation.batch``); ``status`` "pays
-    at every batch", "never pays", "stops paying" or "not monotone"."""
-    pays = [s > 1.0 for _, s in points]
-    out = {"pays_up_to": None, "stops_at": None, "estimate": None}
-    if all(pays):
-        return {**out, "status": "pays at every batch", "pays_up_to": points[-1][0]}
-    if not any(pays):
-        return {**out, "status": "never pays"}
-    if not pays[0] or sum(a != b for a, b in zip(pays[:-1], pays[1:], strict=True)) > 1:
-        return {**out, "status": "not monotone"}
-    i = pays.index(False)
-    (b1, s1), (b2, s2) = points[i - 1], points[i]
-    t = math.log(s1) / (math.log(s1) - math.log(s2))
-    est = math.exp(math.log(b1) + t * (math.log(b2) - math.log(b1)))
-    return {**out, "status": "stops paying", "pays_up_to": b1, "stops_at": b2, "estimate": est}
 
 
 def _rel(pred, meas):

@@ -16,8 +16,8 @@ exactly:
 * :func:`schedule_wall`: the predicted wall time: the measured prefill wall plus, per decode step, the table's
   ``target(B, n)`` at the sequences in flight and their mean new tokens n (linear in n and in B between the
   table's entries: an approximation) plus ``overhead(B, k)`` (``overhead(B, 0)`` when nobody drafted).  Unlike
-  :mod:`fastspec.costs_batch`, which prices every n-gram step as a full k-draft step at a full batch, this prices
-  what vLLM schedules.
+  :class:`fastspec.costs.StepCost` at batch B, which prices every n-gram step as a full k-draft step at a full
+  batch, this prices what vLLM schedules (:meth:`~fastspec.costs.StepCost.scheduled_step_s`).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..costs.step import StepCost
 from ..errors import InvalidInput
 
 __all__ = ["request_tokens", "request_steps", "replay_schedule", "step_price", "schedule_wall",
@@ -85,33 +86,11 @@ def replay_schedule(requests: Sequence[Sequence[int]], concurrency: int) -> list
     return out
 
 
-def _interp(xs: Sequence[int], x: float, f) -> float:
-    if x <= xs[0]:
-        return f(xs[0])
-    if x >= xs[-1]:
-        return f(xs[-1])
-    hi = next(v for v in xs if v >= x)
-    lo = max(v for v in xs if v <= x)
-    if hi == lo:
-        return f(lo)
-    w = (x - lo) / (hi - lo)
-    return (1 - w) * f(lo) + w * f(hi)
-
-
 def step_price(table: Mapping, n_active: int, tokens: int, k: int) -> float:
     """Seconds of one step with ``n_active`` sequences and ``tokens`` new tokens in all: ``target(B, n)`` at
     n = tokens / n_active, linear in n between the table's integer n and in B between its batch sizes (the end
     value beyond the range), plus the overhead at B for k drafts when any sequence drafted (else for 0)."""
-    fwd = table["target"]["batch_forward_s"]
-    ovh = table["batch_overhead_s"]
-    bs = sorted(int(b) for b in fwd)
-    n = tokens / n_active
-    key = str(k) if tokens > n_active else "0"
-
-    def at_b(b):
-        ns = sorted(int(v) for v in fwd[str(b)])
-        return _interp(ns, n, lambda m: float(fwd[str(b)][str(m)])) + float(ovh[str(b)][key])
-    return _interp(bs, n_active, at_b)
+    return StepCost.scheduled_step_s(table, n_active, tokens, k)
 
 
 def schedule_wall(table: Mapping, requests: Sequence[Sequence[int]], concurrency: int, *, k: int,
@@ -127,7 +106,7 @@ def schedule_predictions(measured: Mapping, prompts: Sequence[Sequence[int]]) ->
     predicted tokens/s of plain and n-gram decoding and the speed-up, next to the measured ones, relative errors
     (predicted / measured - 1), and the break-even batch size of both (the rule of
     :func:`fastspec.engines.vllm_batch.break_even`)."""
-    from .vllm_batch import break_even
+    from ..costs.batch import break_even
 
     n_req, m_tok, k = int(measured["prompts"]), int(measured["max_tokens"]), int(measured["k"])
     lo, hi = measured["prompt_lookup"]

@@ -16,8 +16,8 @@ One concept per module:
   model or an n-gram proposer; :func:`fastspec.verify_logits` decides every step) and :class:`SpecResult`,
   :func:`hf_generate` (Hugging Face ``generate``, timed), :func:`teacher_forced_logits`;
 * :mod:`~fastspec.hf.dumping` -- :func:`dump_logits`, the dump ``fastspec.simulate`` reads;
-* :mod:`~fastspec.hf.costs` -- :func:`measure_costs`: the real loop's cost table (:mod:`fastspec.costs`) measured
-  on this machine with the very models;
+* :mod:`~fastspec.hf.timing` -- :func:`measure_costs`: the real loop's cost table (:mod:`fastspec.costs`) measured
+  on this machine with the very models, batch axis included;
 * :mod:`~fastspec.hf.measure` -- :func:`measure` / :class:`Measurement`: the real loop over prompts, timed
   against plain decoding (interleaved), with measured speed-ups;
 * :mod:`~fastspec.hf.prediction` -- :func:`ratio_ci`, :func:`speedup_ci`, :func:`predict` and :func:`compare`: a
@@ -33,7 +33,7 @@ Sampling parameters follow :class:`fastspec.params.SamplingParams`; every token 
 """
 from __future__ import annotations
 
-from .costs import measure_costs
+from .timing import measure_costs
 from .dumping import check_dump_path, dump_logits
 from .loop import (GenerateResult, SpecResult, generate, hf_generate, speculative_generate, teacher_forced_logits,
                    timed_generate)

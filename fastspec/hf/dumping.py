@@ -8,7 +8,7 @@ continuation (one forward per prompt).  Rows are stored as dense raw logits (flo
 processed log-probabilities (sparse), in the dump format of ``data/README.md``, written with
 :func:`fastspec.io.save_dump` (so validation is shared with the loader), with the prompts, whether EOS was
 ignored, and by default the cost table of the real loop measured on this machine
-(:func:`fastspec.hf.costs.measure_costs`).
+(:func:`fastspec.hf.timing.measure_costs`).
 
 The dump is staged in a dot-named temporary directory next to the output (``.fastspec-dump-XXXX``: names
 starting with ``.`` are never read as shards) and renamed into place at the end; the staging directory is
@@ -200,7 +200,7 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
     Also written: ``tokens`` [N, T], ``lengths`` [N], ``prompt_tokens`` [N, P] (padded with 0) and
     ``prompt_lengths`` [N], metadata temperature/top_k/top_p/min_p, vocab_size and ``ignore_eos`` (True when EOS did
     not stop the rows, also when no EOS id was given), and ``costs``: with ``costs=True`` the cost table
-    :func:`fastspec.hf.costs.measure_costs` measures after the rows (``cost_k``: the draft lengths it covers,
+    :func:`fastspec.hf.timing.measure_costs` measures after the rows (``cost_k``: the draft lengths it covers,
     ``cost_repeats`` rounds, context: the prompt and first half of the median-length row), or a given
     :class:`fastspec.costs.CostTable` (dict, JSON), or none (``costs=False``).
 
@@ -295,7 +295,7 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
 
         table = None
         if costs is True:
-            from .costs import measure_costs
+            from .timing import measure_costs
 
             mid = int(np.argsort(prompt_lengths + lengths, kind="stable")[(N - 1) // 2])
             seq = prompts[mid] + tokens[mid, :lengths[mid]].tolist()

@@ -72,7 +72,7 @@ def start_numba_pool() -> None:
         torch.set_num_threads(n)
 
 
-def _serial_kernels(fn):
+def serial_kernels(fn):
     """Run ``fn`` with fastspec's Numba kernels on the calling thread (``numba.set_num_threads(1)``, restored
     afterwards; the setting is per thread) and torch's thread count unchanged.  A decoding loop calls the
     kernels on one row at a time (a token draw, one verify step): a parallel region per call buys nothing, and
@@ -103,7 +103,7 @@ def derive_seed(seed: int, *keys: int) -> int:
     return int(np.random.SeedSequence([int(seed) & ((1 << 63) - 1), *keys]).generate_state(1, np.uint64)[0] >> 2)
 
 
-def _draw(logits_row: np.ndarray, rng: np.random.Generator, params: SamplingParams) -> int:
+def draw_token(logits_row: np.ndarray, rng: np.random.Generator, params: SamplingParams) -> int:
     """A token from the processed distribution of one raw logits row, with the next uniform of ``rng``."""
     u = float(rng.random())
     return int(sample_tokens(logits_row, u if u > 0.0 else _TINY, **params.as_dict()))
@@ -150,7 +150,7 @@ def generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0
 
 
 @torch.inference_mode()
-@_serial_kernels
+@serial_kernels
 def timed_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128,
                    eos_token_id=None, use_cache=True, on_logits=None, prefill: bool = True) -> GenerateResult:
     """:func:`generate` with its clock (:class:`GenerateResult`): the prompt before its last token is
@@ -168,7 +168,7 @@ def timed_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min
         row = run.logits(seq, 1)[0]
         if on_logits is not None:
             on_logits(i, row)
-        x = _draw(row, rng, params)
+        x = draw_token(row, rng, params)
         seq.append(x)
         out.append(x)
         if x in eos:
@@ -365,7 +365,7 @@ def as_policy(policy, ngram: bool):
 
 
 @torch.inference_mode()
-@_serial_kernels
+@serial_kernels
 def speculative_generate(target, draft, input_ids, k: int = 4, temperature: float = 1.0, top_k: int = 0,
                          top_p: float = 1.0, min_p: float = 0.0, seed: int = 0, max_new_tokens: int = 128, *,
                          eos_token_id=None, use_cache: bool = True, return_trace: bool = False,
@@ -440,7 +440,7 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
             for j in range(d):
                 lg = drun.logits(seq + props, 1)[0]
                 qrows.append(lg)
-                x = _draw(lg, rng, params)
+                x = draw_token(lg, rng, params)
                 props.append(x)
                 if state is not None:  # greedy: the softmax at temperature 1 (what HF's ConfidenceCriteria reads)
                     qp = probabilities(lg, temperature=1.0) if params.greedy else probabilities(lg, **sp)

@@ -27,7 +27,7 @@ from ..errors import InvalidInput, InvalidType
 from ..ngram import NgramProposer
 from ..params import SamplingParams
 from .args import check_generation_positions, positive_int
-from .costs import DEFAULT_WARMUP, check_cost_context, measure_costs
+from .timing import DEFAULT_WARMUP, check_cost_context, measure_costs
 from .dumping import dump_logits
 from .measure import Measurement, measure, predicted_policies, speculative_configs
 from .models import eos_ids, model_files, parse_draft_specs, resolve_models

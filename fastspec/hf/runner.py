@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["KVRunner"]
+__all__ = ["KVRunner", "BatchKVRunner"]
 
 
 def _cache_kw(model) -> str:
@@ -85,3 +85,32 @@ class KVRunner:
         if self.use_cache and length < self.length:
             _crop(self.cache, length)
             self.length = length
+
+
+class BatchKVRunner:
+    """One model with a batched KV cache of ``batch`` copies of one context (the batch axis of the cost table,
+    :func:`fastspec.hf.timing.batch_axis`)."""
+
+    def __init__(self, model, ctx: Sequence[int], batch: int):
+        self.model, self.batch, self.C = model, batch, len(ctx)
+        self.kw = _cache_kw(model)
+        self.keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.cache = _new_cache(model)
+        ids = torch.tensor([list(ctx)] * batch, dtype=torch.long)
+        model(ids, **{self.kw: self.cache, "use_cache": True})
+
+    def logits(self, new: Sequence[int]) -> np.ndarray:
+        """float32 [B, n, V] of a forward over ``new`` (n tokens, the same for every sequence)."""
+        n = len(new)
+        ids = torch.tensor([list(new)] * self.batch, dtype=torch.long)
+        kwargs = {self.kw: self.cache, "use_cache": True}
+        if self.keep:
+            kwargs["logits_to_keep"] = n
+        out = self.model(ids, **kwargs)
+        return out.logits[:, -n:].to(torch.float32).numpy()
+
+    def rollback(self) -> None:
+        _crop(self.cache, self.C)
+        got = self.cache.get_seq_length()
+        if got != self.C:
+            raise RuntimeError(f"internal: batched cache holds {got} positions, expected {self.C}")

@@ -61,7 +61,7 @@ from ..errors import InvalidInput, InvalidType
 from ..stats import batch_means_ci
 from ..methods import VERIFICATION_METHODS
 from .config import DRAFT_SAMPLING, MODES, SIMULATED_SAMPLING, SimulateConfig, parse_k_list
-from .costs import CostModel, VerifyCost
+from ..costs.relative import CostModel, VerifyCost
 from .rows import Context, ngram_rows, token_row, variant_row
 from .argmax import argmax_acceptance
 from .policy_eval import PolicyEstimate, evaluate_policy

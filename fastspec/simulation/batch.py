@@ -2,10 +2,11 @@
 
 :func:`batch_predictions` turns a :class:`~fastspec.simulation.SimulationResult` (tokens per verify step per draft
 and k, with their intervals over prompts) and a version-2 :class:`~fastspec.costs.CostTable` (step times at batch
-size B, :mod:`fastspec.costs_batch`) into predictions per batch size.
+size B, :class:`fastspec.costs.StepCost`) into predictions per batch size.  Explained in
+docs/design/cost-model.md.
 
 **The model.**  A step of a batch of B sequences with k drafts each costs
-``step(B, k) = drafting(B, k) + target(B, k + 1) + overhead(B, k)`` seconds (:mod:`fastspec.costs_batch`: k draft
+``step(B, k) = drafting(B, k) + target(B, k + 1) + overhead(B, k)`` seconds (:class:`fastspec.costs.StepCost`: k draft
 forwards at batch B over one token, or one n-gram lookup call for the batch; one target forward over B (k + 1)
 tokens; the per-step overhead at B); a plain step of the batch costs ``plain(B) = target(B, 1) + overhead(B, 0)``
 and makes one token per sequence.
@@ -47,8 +48,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..costs import CostTable
-from ..costs_batch import BatchCost, MissingBatchEntries, field_name, missing_error, parse_batch_list
+from ..costs.batch import break_even
+from ..costs.step import MissingBatchEntries, StepCost, field_name, missing_error
+from ..costs.table import CostTable, parse_batch_list
 from ..errors import InvalidInput, InvalidType
 from .results import SimulationResult
 from .speedup import TablePricing, speedup_interval
@@ -180,7 +182,7 @@ def _p_all(row, p_all, m, table, key, plain_s) -> float:
     d = table.draft_forward_s[key]
     diff = d.get(2, d[1]) - d[1]
     try:
-        base = table.loop_cost(key).step_s(row.k, 0.0)
+        base = StepCost(table, key).step_s(row.k, 0.0)
     except InvalidInput:
         return 0.0
     if not diff > 0:
@@ -203,32 +205,33 @@ def _per_sequence(per_sequence, row, draft, k):
     return tokens, steps
 
 
+#: the JSON of ``simulate --batch``'s break-even statuses, by :func:`fastspec.costs.break_even`'s
+_STATUS = {"pays at every batch": "pays at every batch measured", "not monotone": "pays at some batch sizes"}
+
+
 def _break_even(draft, k, points) -> dict:
-    """points: [(B, speedup)] sorted by B."""
-    pays = [s > 1.0 for _, s in points]
-    out = {"draft": draft, "k": k, "pays_up_to": None, "stops_at": None, "break_even_estimate": None}
-    if all(pays):
-        return {**out, "status": "pays at every batch measured", "pays_up_to": points[-1][0],
-                "text": f"pays at every batch measured (up to B = {points[-1][0]})"}
-    if not any(pays):
-        return {**out, "status": "never pays", "text": "never pays at the batch sizes measured"}
-    flips = sum(a != b for a, b in zip(pays[:-1], pays[1:], strict=True))
-    if not pays[0] or flips > 1:
-        which = ", ".join(str(b) for (b, _), p in zip(points, pays, strict=True) if p)
-        return {**out, "status": "pays at some batch sizes", "text": f"pays at B = {which} only (not monotone)"}
-    i = pays.index(False)
-    (b1, s1), (b2, s2) = points[i - 1], points[i]
-    t = math.log(s1) / (math.log(s1) - math.log(s2))  # log-linear crossing of speed-up 1
-    est = math.exp(math.log(b1) + t * (math.log(b2) - math.log(b1)))
-    return {**out, "status": "stops paying", "pays_up_to": b1, "stops_at": b2, "break_even_estimate": est,
-            "text": f"stops paying above B = {b1} (not at B = {b2}; speed-up 1 near B = {est:.1f})"}
+    """The ``break_even`` entry of (draft, k) (:func:`fastspec.costs.break_even` over points: [(B, speedup)] sorted
+    by B), with its sentence."""
+    be = break_even(points)
+    status = _STATUS.get(be["status"], be["status"])
+    out = {"draft": draft, "k": k, "pays_up_to": be["pays_up_to"], "stops_at": be["stops_at"],
+           "break_even_estimate": be["estimate"], "status": status}
+    if status == "pays at every batch measured":
+        return {**out, "text": f"pays at every batch measured (up to B = {points[-1][0]})"}
+    if status == "never pays":
+        return {**out, "text": "never pays at the batch sizes measured"}
+    if status == "pays at some batch sizes":
+        which = ", ".join(str(b) for b, s in points if s > 1.0)
+        return {**out, "text": f"pays at B = {which} only (not monotone)"}
+    b1, b2, est = be["pays_up_to"], be["stops_at"], be["estimate"]
+    return {**out, "text": f"stops paying above B = {b1} (not at B = {b2}; speed-up 1 near B = {est:.1f})"}
 
 
 def batch_predictions(result, table, batches, extrapolate: bool = False, *, per_sequence=None) -> BatchPrediction:
     """Predicted throughput and speed-up of every (draft, k) of ``result`` at each batch size of ``batches``
     (module docstring).  ``table``: a :class:`~fastspec.costs.CostTable` (or its JSON mapping, or a path) with the
     batch sizes asked for (version 2; a version-1 table prices batch 1 only); a missing entry raises
-    :class:`~fastspec.costs_batch.MissingBatchEntries` naming every (field, B, n) unless ``extrapolate`` (then the
+    :class:`~fastspec.costs.MissingBatchEntries` naming every (field, B, n) unless ``extrapolate`` (then the
     extrapolated entries are listed in ``extrapolated`` and a warning says so).  ``per_sequence``: optional
     ``{(draft, k): (tokens per sequence, steps per sequence)}`` for the static-batch figure."""
     if not isinstance(result, SimulationResult):
@@ -250,7 +253,7 @@ def batch_predictions(result, table, batches, extrapolate: bool = False, *, per_
     rows = [(d, k, m, half, _p_all(row, p_all, m, table, pricing.key(d), plain_1), row, bound)
             for d, k, m, half, p_all, row, bound in rows]
     # every entry first: one error naming everything missing
-    costs = {(b, key): BatchCost(table, b, key, extrapolate=extrapolate)
+    costs = {(b, key): StepCost(table, key, batch=b, extrapolate=extrapolate)
              for b in bs for key in {None, *(pricing.key(r[0]) for r in rows)}}
     missing = []
     for (_, key), c in costs.items():
@@ -268,11 +271,8 @@ def batch_predictions(result, table, batches, extrapolate: bool = False, *, per_
         plain.append({"batch": b, "step_s": p, "tokens_per_s": b / p, "tokens_per_s_per_sequence": 1.0 / p})
         for draft, k, m, half, p_all, row, bound in rows:
             c = costs[(b, pricing.key(draft))]
-            step = c.step_s(k, p_all)
-            f = _no_proposal_share(row, result.config.get("positions"))
-            if f > 0:  # no sequence of the batch proposed: a plain step after the lookup call
-                none = f ** b
-                step = none * (p + c.entry("draft", 1)[0]) + (1.0 - none) * step
+            # an n-gram row: a plain step after the lookup call when no sequence of the batch proposed
+            step = c.ngram_step_s(k, _no_proposal_share(row, result.config.get("positions")), p_all)
             s = m * p / step
             ci = speedup_interval(s, m, half, c.relative_se(k, p_all)) if math.isfinite(half) else None
             br = BatchRow(draft, k, b, m, step, b * m / step, m / step, s, ci, bound=bound)
@@ -316,7 +316,7 @@ def check_batch_table(table, batches, ks=(), extrapolate: bool = False) -> list[
         raise InvalidInput(_v1_message(bs))
     missing = []
     for b in bs:
-        missing += BatchCost(table, b, None, extrapolate=extrapolate).missing(list(ks))
+        missing += StepCost(table, None, batch=b, extrapolate=extrapolate).missing(list(ks))
     if missing:
         raise missing_error(table, missing)
     return bs

@@ -206,7 +206,7 @@ def sampling_overrides(sampling) -> dict:
 
 
 def _cost_model(draft_cost, verify_cost, ks):
-    from .costs import CostModel, VerifyCost
+    from ..costs.relative import CostModel, VerifyCost
 
     if draft_cost is None and verify_cost is None:
         return None

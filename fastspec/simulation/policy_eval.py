@@ -22,7 +22,7 @@ recorded sequence starts from the configured cap (as ``heuristic_transient``, an
 of the last token counts as HF's +2; a sequence that ended at EOS before its token budget is treated as if the
 budget ended there).
 
-Speed-up: wall time of a sequence = sum_n E[steps drafting n] x step_s(n) (:meth:`fastspec.costs.LoopCost.step_s`,
+Speed-up: wall time of a sequence = sum_n E[steps drafting n] x step_s(n) (:meth:`fastspec.costs.StepCost.step_s`,
 the draft catching up on two tokens with the policy's overall all-accepted share), tokens = accepted + steps,
 speed-up = (tokens / time) x plain step time; its interval combines the spread over prompts (ratio of totals,
 prompts as clusters) with the cost table's standard errors (:func:`fastspec.simulation.speedup.speedup_interval`).
@@ -117,7 +117,7 @@ class PolicyEstimate:
         return (float(m - half), float(m + half)) if math.isfinite(half) else None
 
     def speedup(self, cost, draft: str | None = None) -> tuple[float | None, tuple | None]:
-        """(speed-up, 95% interval over prompts and costs) under ``cost``: a :class:`fastspec.costs.LoopCost`, a
+        """(speed-up, 95% interval over prompts and costs) under ``cost``: a :class:`fastspec.costs.StepCost`, a
         :class:`fastspec.costs.CostTable` (its entry for ``draft``, default this estimate's draft) or a simulator
         pricing (:mod:`fastspec.simulation.speedup`); (None, None) when the costs do not cover every draft length
         the policy uses."""
@@ -152,7 +152,7 @@ class PolicyEstimate:
 
 def _relative_se(loop, hist, p_all) -> float:
     """Relative standard error of (sum_n hist[n] step(n)) / plain from the table's standard errors, by the delta
-    method with the conventions of :meth:`fastspec.costs.LoopCost.relative_se` (which it equals when every step
+    method with the conventions of :meth:`fastspec.costs.StepCost.relative_se` (which it equals when every step
     drafts the same n)."""
     t = loop.table
     dse = t.draft_forward_se.get(loop.draft, {})
@@ -177,7 +177,7 @@ def _relative_se(loop, hist, p_all) -> float:
 def step_costs(cost, draft, nmax, p_all, needed=None):
     """(cost of a step drafting n = 0..nmax [nmax + 1] (entry 0 unused), plain step cost, relative se as a function
     of the draft-length histogram) or None when ``cost`` does not price every n in ``needed``."""
-    from ..costs import CostTable, LoopCost
+    from ..costs import CostTable, StepCost
     from .speedup import FlagPricing, TablePricing
 
     needed = range(1, nmax + 1) if needed is None else [int(n) for n in needed if n > 0]
@@ -185,12 +185,12 @@ def step_costs(cost, draft, nmax, p_all, needed=None):
     if isinstance(cost, CostTable):
         if draft not in cost.draft_forward_s:
             return None
-        cost = cost.loop_cost(draft)
+        cost = StepCost(cost, draft)
     if isinstance(cost, TablePricing):
         cost = cost._loop(draft)
         if cost is None:
             return None
-    if isinstance(cost, LoopCost):
+    if isinstance(cost, StepCost):
         try:
             for n in needed:
                 out[n] = cost.step_s(n, p_all)
@@ -208,7 +208,7 @@ def step_costs(cost, draft, nmax, p_all, needed=None):
         except InvalidInput:
             return None
         return out, 1.0, lambda _h: 0.0
-    raise InvalidType(f"cost must be a LoopCost, a CostTable or a simulator pricing, got {type(cost).__name__}")
+    raise InvalidType(f"cost must be a StepCost, a CostTable or a simulator pricing, got {type(cost).__name__}")
 
 
 def check_policy_dump(d, draft: str, policy: Policy, *, flag: str = "--policy") -> None:

@@ -115,10 +115,10 @@ def default_grid(k_priced: int) -> list[Policy]:
 
 
 def _cost_of(costs):
-    from ..costs import CostTable, LoopCost
+    from ..costs import CostTable, StepCost
     from .speedup import FlagPricing, TablePricing
 
-    if isinstance(costs, (LoopCost, TablePricing, FlagPricing, CostTable)):
+    if isinstance(costs, (StepCost, TablePricing, FlagPricing, CostTable)):
         return costs
     if costs is None:
         raise InvalidInput("costs: a policy search needs a cost table (fastspec cost --out FILE, or the dump's "
@@ -131,7 +131,7 @@ def search_policies(dump, draft: str | None, costs, *, grid=None, budget_s: floa
                     include_hf_default: bool = True) -> PolicySearch:
     """Search ``grid`` (policy specs / Policies; None: :func:`default_grid`) for the largest predicted speed-up of
     ``draft`` (None: the dump's only draft) of a dense ``dump`` under ``costs`` (a :class:`fastspec.costs.CostTable`,
-    its mapping or path, a LoopCost, a simulator pricing; "dump": the dump's recorded table).  ``budget_s``: seconds
+    its mapping or path, a StepCost, a simulator pricing; "dump": the dump's recorded table).  ``budget_s``: seconds
     of evaluation after the pass (> 0).  ``progress(done, total)`` after each point.  Monte-Carlo points (HF's
     default) use ``trials`` replays per sequence keyed by ``seed``."""
     from ..acceptance import resolve_sampling

@@ -4,9 +4,10 @@ Two ways to price a step, one interface (:class:`Pricing`):
 
 * **measured seconds** (:class:`TablePricing`): a :class:`fastspec.costs.CostTable` recorded in the dump by
   ``fastspec dump``, written by ``fastspec cost`` or by hand (``--costs FILE``).  The cost model is the real
-  loop's (:class:`fastspec.costs.LoopCost`): speed-up = tokens per step x plain step time / step(k).
-* **relative units** (:class:`FlagPricing`): ``--draft-cost c`` / ``--verify-cost`` (one target forward = 1),
-  speed-up = tokens per step / (k c + verify(k)).  Flags override a recorded table.
+  loop's (:class:`fastspec.costs.StepCost` at batch 1): speed-up = tokens per step x plain step time / step(k).
+* **relative units** (:class:`FlagPricing`): ``--draft-cost c`` / ``--verify-cost`` (one target forward = 1,
+  :class:`fastspec.costs.CostModel`), speed-up = tokens per step / (k c + verify(k)).  Flags override a recorded
+  table.
 
 Interval.  The speed-up S = m x plain / step(k) has two independent sources of uncertainty: the mean acceptance
 length m over the recorded sequences (a ratio of totals with the sequences as clusters,
@@ -14,7 +15,7 @@ length m over the recorded sequences (a ratio of totals with the sequences as cl
 combined on the log scale, where a ratio's relative errors add: ``h = sqrt((h_m / m)^2 + (1.96 r_c)^2)`` with r_c
 the relative standard error of step(k) / plain, and the interval is ``[S exp(-h), S exp(h)]`` -- always positive,
 never below zero however large the standard errors (to first order the same as ``S (1 +- h)``).  Monte-Carlo
-error is not included: the exact expectation replaces the estimate.
+error is not included: the exact expectation replaces the estimate.  Explained in docs/design/cost-model.md.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import math
 
 import numpy as np
 
-from ..costs import CostTable
+from ..costs.step import StepCost
+from ..costs.table import CostTable
 from ..errors import InvalidInput
 from ..stats import Z95, ratio_ci
 
@@ -70,14 +72,13 @@ class FlagPricing(Pricing):
 
     def tree_speedup(self, draft, m, k, w):  # noqa: ARG002 (one interface for both pricings)
         try:
-            return m / (k * self.model.draft_cost + self.model.verify(k * w))
+            return m / self.model.tree_step_cost(k, w)
         except InvalidInput:  # a verify-cost table without k*w
             return None
 
     def ngram_costs(self, draft, k):  # noqa: ARG002 (one interface for both pricings)
-        c = self.model.draft_cost  # one proposer call per step
-        try:
-            return np.array([1.0 + c] + [c + self.model.verify(j) for j in range(1, k + 1)]), 1.0
+        try:  # one proposer call per step
+            return np.array(self.model.ngram_step_costs(k)), 1.0
         except InvalidInput:
             return None
 
@@ -111,7 +112,7 @@ class TablePricing(Pricing):
 
     def _loop(self, draft):
         key = self.key(draft)
-        return self.table.loop_cost(key) if key is not None else None
+        return StepCost(self.table, key) if key is not None else None
 
     def speedup(self, draft, m, k, p_all_accepted=0.0):
         loop = self._loop(draft)
@@ -126,13 +127,10 @@ class TablePricing(Pricing):
         loop = self._loop(draft)
         if loop is None:
             return None
-        t = self.table
-        n = k * w + 1
-        if n not in t.target_forward_s or k not in t.overhead_s:
+        try:
+            return m * self.table.plain_step_s() / loop.tree_step_s(k, w)
+        except InvalidInput:  # the table lacks target(k w + 1) or overhead(k)
             return None
-        d1 = t.draft_forward_s[loop.draft][1]
-        drafting = d1 if loop.draft in t.one_call else k * d1
-        return m * t.plain_step_s() / (drafting + t.target_forward_s[n] + t.overhead_s[k])
 
     def missing(self, draft: str, k: int, w: int = 1, ngram: bool = False) -> list[str]:
         """The table's entries a (draft, k, w candidates) row needs and lacks (JSON paths; empty when priced)."""
@@ -155,10 +153,10 @@ class TablePricing(Pricing):
         if loop is None:
             return None
         try:
-            cost = np.array([loop.plain_step_s() if j == 0 else loop.step_s(j) for j in range(k + 1)])
+            # j = 0: the lookup found nothing, the proposer's call then a plain step
+            cost = np.array([loop.no_proposal_step_s() if j == 0 else loop.step_s(j) for j in range(k + 1)])
         except InvalidInput:  # the table does not reach k + 1 target positions
             return None
-        cost[0] += self.table.draft_forward_s[loop.draft][1]  # the proposer runs before a plain step too
         return cost, loop.plain_step_s()
 
     def describe(self):

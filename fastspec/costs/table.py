@@ -1,65 +1,24 @@
-"""Measured costs of the real speculative loop, and the speed-up they predict.
+"""The cost table: measured seconds of the real loop's calls, and its strict reader and one (atomic) writer.
 
-A **cost table** records, in seconds, what one step of the real loop (:func:`fastspec.hf.speculative_generate`)
-spends, measured on one machine with the very models of a dump.  It is JSON (the same schema whether
-``fastspec dump`` recorded it inside a dump -- the 0-d string array ``costs`` -- or ``fastspec cost`` wrote it
-to a file, or someone measured a GPU deployment by hand)::
+A cost table is JSON (the same schema inside a dump -- the 0-d string array ``costs`` -- or in a file written by
+``fastspec cost`` or by hand): ``target.forward_s[n]`` (a target forward over n new tokens with a KV cache),
+``drafts[name].forward_s[n]`` (n = 1, 2; a one-call proposer such as the n-gram lookup: ``forward_s["1"]`` with
+``"one_call_per_step": true``), ``overhead_s[k]`` (fastspec's per-step work with k drafts; ``"0"``: plain
+decoding's, required), optional ``*_se`` standard errors and informational fields (machine, threads,
+context_length, repeats, note).  Version 2 adds the batch axis: ``target.batch_forward_s[B][n]``,
+``drafts[name].batch_forward_s[B][n]`` and ``batch_overhead_s[B][k]`` for B in [1, :data:`MAX_BATCH_SIZE`]; at
+B = 1 a batch-axis entry takes precedence over the version-1 one; a version-1 table naming a batch field is
+refused.
 
-    {
-      "version": 1,
-      "machine": "AMD EPYC (znver4), 2 threads",         # free text
-      "threads": 2, "context_length": 96,                # where it was measured (informational)
-      "target": {"forward_s": {"1": 0.0213, "2": 0.0221, ..., "9": 0.0290},
-                 "forward_s_se": {"1": 0.0002, ...}},    # optional standard errors
-      "drafts": {"exit24": {"forward_s": {"1": 0.0175, "2": 0.0181}, "forward_s_se": {...}},
-                 "ngram":  {"forward_s": {"1": 0.00002}, "one_call_per_step": true}},
-      "overhead_s": {"0": 0.0004, "1": 0.0009, ..., "8": 0.0011},   # fastspec per step: verify, sampling, crop
-      "overhead_s_se": {...}                                        # optional
-    }
+The reader (:meth:`CostTable.from_dict` / :meth:`~CostTable.from_json` / :meth:`~CostTable.from_file` /
+:meth:`~CostTable.of`) substitutes nothing and refuses unknown keys at every level; times lie in [1e-9, 1e6]
+seconds, keys are integers up to 2**20, a table is at most :data:`MAX_TABLE_BYTES` of UTF-8 JSON, and a file must be
+a regular file (a FIFO or a device is refused before it is opened).  The writer is :meth:`CostTable.save`
+(atomic: a temporary file renamed over the target); :meth:`CostTable.as_dict` writes version 2 exactly when the
+table has a batch field (or was read as version 2).  Pricing a step from a table is
+:class:`fastspec.costs.step.StepCost`'s.
 
-* ``target.forward_s[n]``: a target forward over ``n`` new tokens with a KV cache (``n = 1`` is a plain decode
-  step; ``n = k + 1`` verifies k drafts);
-* ``drafts[name].forward_s[n]``: a draft forward over ``n`` new tokens (``n = 1``; ``n = 2`` when the previous
-  step accepted every draft and the draft catches up on the last draft and the bonus token); a proposer
-  without a model that proposes all its tokens in one call (n-gram lookup) records the time of that call as
-  ``forward_s["1"]`` and ``"one_call_per_step": true``;
-* ``overhead_s[k]``: everything else fastspec does in a step with k drafts (sampling the drafts, ``verify_logits``,
-  cropping both caches); ``overhead_s["0"]`` is a plain decoding step's sampling (required).
-
-**Version 2: the batch axis.**  ``"version": 2`` tables hold everything above unchanged (it is batch 1) and may add,
-for batch sizes B in [1, :data:`MAX_BATCH_SIZE`]::
-
-      "target": {..., "batch_forward_s": {"8": {"1": 0.031, "5": 0.052}}, "batch_forward_s_se": {...}},
-      "drafts": {"exit24": {..., "batch_forward_s": {"8": {"1": 0.025, "2": 0.027}}},
-                 "ngram":  {..., "batch_forward_s": {"8": {"1": 0.00015}}}},     # one call for the whole batch
-      "batch_overhead_s": {"8": {"0": 0.002, "4": 0.004}}, "batch_overhead_s_se": {...}
-
-* ``target.batch_forward_s[B][n]``: one target forward of B sequences with n new tokens each (B n tokens), every
-  sequence's KV cache holding ``context_length`` tokens; likewise ``drafts[name].batch_forward_s[B][n]`` (a
-  one-call draft: ``{"B": {"1": seconds}}``, one proposal call for the batch) and ``batch_overhead_s[B][k]``
-  (fastspec's -- or an engine's -- per-step work besides the forwards for B sequences with k drafts each);
-* at B = 1 an entry of the batch axis, when given, takes precedence over the version-1 entry of the same n (k);
-  the version-1 entries are the batch-1 ones otherwise.  :attr:`CostTable.batch_sizes` lists 1 and the B of
-  ``target.batch_forward_s``; :meth:`CostTable.batch` prices a step at B (:mod:`fastspec.costs_batch`: missing
-  entries are named, never substituted unless extrapolation is asked for).  A version-1 table naming a batch
-  field is refused; :meth:`CostTable.as_dict` writes version 2 exactly when the table has a batch field (or was
-  read as version 2).
-
-Nothing is substituted: a k whose ``target.forward_s[k + 1]`` or ``overhead_s[k]`` the table lacks is not priced
-(the simulator says which entries are missing), and plain decoding is always ``target(1) + overhead(0)``.  Times
-lie in [1e-9, 1e6] seconds (standard errors in [0, 1e6]), keys are integers up to 2**20, ``threads``,
-``repeats`` and ``context_length`` are integers, ``machine`` and ``note`` short text; unknown keys are refused at
-every level.  A table is at most :data:`MAX_TABLE_BYTES` of UTF-8 JSON (a file or a dump's ``costs`` array);
-files must be regular files (a FIFO or a device is refused before it is opened).
-
-The loop's calls give the **cost model** (:class:`LoopCost`): a verify step with k drafts costs
-
-    step(k) = draft(1 + a) + (k - 1) draft(1) + target(k + 1) + overhead(k)
-
-where ``draft(1 + a)`` is the first draft forward of the step (two tokens with probability ``a``, the probability
-that the previous step accepted every draft -- the simulator knows it -- else one), and plain decoding costs
-``target(1) + overhead(0)`` per token.  **Speed-up** = (tokens per verify step / step(k)) / (1 / plain), the
-wall-clock tokens per second of speculative decoding relative to plain decoding on the recorded machine.
+Schema, field by field: docs/reference/cost-tables.md; the cost model: docs/design/cost-model.md.
 """
 from __future__ import annotations
 
@@ -69,11 +28,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .config import MAX_ENTRY_N, MAX_TABLE_BYTES, SECONDS_RANGE
-from .errors import InvalidInput, InvalidType, shown
+import numpy as np
 
-__all__ = ["CostTable", "LoopCost", "COST_TABLE_VERSION", "COST_TABLE_VERSIONS", "MAX_BATCH_SIZE", "MAX_TABLE_BYTES",
-           "SECONDS_RANGE", "read_json_file", "parse_json"]
+from ..config import MAX_ENTRY_N, MAX_TABLE_BYTES, SECONDS_RANGE
+from ..errors import InvalidInput, InvalidType, shown
+
+__all__ = ["CostTable", "COST_TABLE_VERSION", "COST_TABLE_VERSIONS", "MAX_BATCH_SIZE", "MAX_TABLE_BYTES",
+           "SECONDS_RANGE", "read_json_file", "parse_json", "int_keyed", "check_batch_size", "parse_batch_list"]
 
 #: the newest schema (2: the batch axis); every version in COST_TABLE_VERSIONS is read
 COST_TABLE_VERSION = 2
@@ -110,7 +71,7 @@ def read_json_file(path, what: str, max_bytes: int = MAX_TABLE_BYTES):
     """The JSON value of the regular file ``path`` (at most ``max_bytes``, UTF-8), or an :class:`InvalidInput`
     naming ``what`` and the path: missing, a directory, a FIFO or a device (refused before anything is opened, so
     nothing blocks or reads without end), too large, not UTF-8, not JSON."""
-    from .io.files import DIRECTORY, MISSING, REGULAR, entry_kind
+    from ..io.files import DIRECTORY, MISSING, REGULAR, entry_kind
 
     path = os.fspath(path)
     kind = entry_kind(path)
@@ -238,6 +199,37 @@ def _info(obj) -> dict:
     return info
 
 
+def check_batch_size(b, name: str = "batch") -> int:
+    """``b`` as an int in [1, :data:`MAX_BATCH_SIZE`], else InvalidInput / InvalidType naming ``name``."""
+    if isinstance(b, np.integer) and not isinstance(b, np.bool_):
+        b = int(b)
+    if isinstance(b, bool) or not isinstance(b, int):
+        raise InvalidType(f"{name} must be an integer in [1, {MAX_BATCH_SIZE}], got {type(b).__name__} {b!r}")
+    if not 1 <= b <= MAX_BATCH_SIZE:
+        raise InvalidInput(f"{name} = {b} is outside [1, {MAX_BATCH_SIZE}] (sequences decoded together)")
+    return b
+
+
+def parse_batch_list(spec, name: str = "batch") -> list[int]:
+    """``8`` / ``"1,2,4,8"`` / ``[1, 2, 4]`` -> the sorted unique batch sizes, each in [1, MAX_BATCH_SIZE]."""
+    if isinstance(spec, str):
+        parts = [p.strip() for p in spec.split(",")]
+        if not spec.strip() or any(not p for p in parts):
+            raise InvalidInput(f"{name} {spec!r} is not a list of batch sizes; write e.g. 1,2,4,8")
+        out = []
+        for i, p in enumerate(parts):
+            if not (p.isascii() and p.lstrip("+-").isdigit()) or len(p) > 12:
+                raise InvalidInput(f"{name} {spec!r}: item {i} {p!r} is not an integer; write e.g. 1,2,4,8")
+            out.append(check_batch_size(int(p), f"{name} item {i}"))
+    elif isinstance(spec, (list, tuple)):
+        out = [check_batch_size(b, f"{name}[{i}]") for i, b in enumerate(spec)]
+    else:
+        out = [check_batch_size(spec, name)]
+    if not out:
+        raise InvalidInput(f"{name} is empty; give at least one batch size, e.g. 1,2,4,8")
+    return sorted(set(out))
+
+
 @dataclass(frozen=True)
 class CostTable:
     """A validated cost table (module docstring); build it with :meth:`from_json` or :meth:`from_dict`."""
@@ -314,19 +306,13 @@ class CostTable:
     def batch_sizes(self) -> list[int]:
         """The batch sizes the table's target forwards cover: 1 (the version-1 entries) and every B of
         ``target.batch_forward_s``, sorted.  Pricing a step at B needs more (the overhead and the draft at B;
-        :mod:`fastspec.costs_batch` names what is missing)."""
+        :class:`fastspec.costs.step.StepCost` names what is missing)."""
         return sorted({1, *self.target_batch_s})
 
     @property
     def has_batch_axis(self) -> bool:
         """Whether the table has any version-2 batch field."""
         return bool(self.target_batch_s or self.overhead_batch_s or any(self.draft_batch_s.values()))
-
-    def batch(self, batch: int, draft: str | None = None, *, extrapolate: bool = False):
-        """The pricing of a step at batch size ``batch`` (:class:`fastspec.costs_batch.BatchCost`)."""
-        from .costs_batch import BatchCost
-
-        return BatchCost(self, batch, draft, extrapolate=extrapolate)
 
     @classmethod
     def from_json(cls, text: str, what: str = "cost table") -> "CostTable":
@@ -420,67 +406,6 @@ class CostTable:
         in the same directory, flushed to disk, then renamed over ``path`` -- a reader (or a crash) never sees a
         half-written table, and a failure leaves ``path`` as it was (the temporary file is removed).  Returns
         ``path`` as a string."""
-        from .io.files import atomic_write_text
+        from ..io.files import atomic_write_text
 
         return atomic_write_text(path, self.to_json() + "\n")
-
-    def loop_cost(self, draft: str) -> "LoopCost":
-        """The cost model of speculative decoding with ``draft`` (:class:`LoopCost`)."""
-        if draft not in self.draft_forward_s:
-            raise InvalidInput(f"cost table has no draft named {draft!r}; it has "
-                               f"{', '.join(self.draft_forward_s) or 'none'}")
-        return LoopCost(self, draft)
-
-
-def _at(table: dict, n: int, what: str) -> float:
-    if n not in table:
-        raise InvalidInput(f"cost table has no {what} for {'k' if what == 'overhead' else 'n'} = {n}; it covers "
-                           f"{', '.join(map(str, sorted(table)))}")
-    return table[n]
-
-
-class LoopCost:
-    """Step times of speculative decoding with one draft, from a :class:`CostTable` (module docstring)."""
-
-    def __init__(self, table: CostTable, draft: str):
-        self.table = table
-        self.draft = draft
-
-    def plain_step_s(self) -> float:
-        """Seconds per token of plain decoding: target(1) + overhead(0)."""
-        return self.table.plain_step_s()
-
-    def step_s(self, k: int, p_all_accepted: float = 0.0) -> float:
-        """Expected seconds of one verify step with k drafts (the first draft forward feeds two tokens with
-        probability ``p_all_accepted``)."""
-        t = self.table
-        d = t.draft_forward_s[self.draft]
-        d1 = _at(d, 1, f"{self.draft!r} forward")
-        if self.draft in t.one_call:
-            drafting = d1  # one call proposes every draft of the step
-        else:
-            drafting = p_all_accepted * d.get(2, d1) + (1.0 - p_all_accepted) * d1 + (k - 1) * d1
-        return drafting + _at(t.target_forward_s, k + 1, "target forward") + self._overhead(k)
-
-    def _overhead(self, k: int) -> float:
-        """overhead(k): measured, never substituted (a k the table lacks is not priced)."""
-        return _at(self.table.overhead_s, k, "overhead")
-
-    def speedup(self, tokens_per_step: float, k: int, p_all_accepted: float = 0.0) -> float:
-        """Tokens per second of speculative decoding relative to plain decoding."""
-        return tokens_per_step * self.plain_step_s() / self.step_s(k, p_all_accepted)
-
-    def relative_se(self, k: int, p_all_accepted: float = 0.0) -> float:
-        """Relative standard error of step(k) / plain from the table's per-entry standard errors (independent
-        entries, delta method); 0 when the table gives none."""
-        t = self.table
-        dse = t.draft_forward_se.get(self.draft, {})
-        s1 = dse.get(1, 0.0)
-        if self.draft in t.one_call:
-            var_draft = s1 ** 2
-        else:
-            var_draft = (p_all_accepted * dse.get(2, s1)) ** 2 + ((1 - p_all_accepted) * s1) ** 2 + ((k - 1) * s1) ** 2
-        var_step = var_draft + t.target_forward_se.get(k + 1, 0.0) ** 2 + t.overhead_se.get(k, 0.0) ** 2
-        var_plain = t.target_forward_se.get(1, 0.0) ** 2 + t.overhead_se.get(0, 0.0) ** 2
-        step, plain = self.step_s(k, p_all_accepted), self.plain_step_s()
-        return math.sqrt(var_step / step ** 2 + var_plain / plain ** 2)

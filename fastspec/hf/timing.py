@@ -1,32 +1,21 @@
-"""Measured costs of the real loop on this machine, with the very models: a :class:`fastspec.costs.CostTable`.
+"""Timing with the very models on this machine: :func:`measure_costs` returns the cost table of the real loop
+(:class:`fastspec.costs.CostTable`, written by its one writer :meth:`~fastspec.costs.CostTable.save`).
 
-:func:`measure_costs` times what :func:`fastspec.hf.speculative_generate` (and, for plain decoding,
-:func:`fastspec.hf.generate`) does per step, call for call, through the same :class:`~fastspec.hf.runner.KVRunner`:
+What is timed, call for call through the loop's own :class:`~fastspec.hf.runner.KVRunner`, from one context of
+``context_length`` tokens: ``target.forward_s[n]`` (a forward over n new tokens, the float32 copy of the logits
+included; n = 1 and every k + 1); ``drafts[name].forward_s[1]``, ``[2]`` (a model draft over 1 new token and over
+2, the catch-up after a step that accepted every draft) or an n-gram proposer's one ``propose`` call
+(``one_call_per_step``); ``overhead_s[k]`` (the k draft draws, ``verify_logits`` on real logits, reading its
+result, cropping the target's and one draft's caches -- the one-hot step when every draft is an n-gram proposer;
+``overhead_s[0]``: one draw).  With ``batches=``, :func:`batch_axis` times the same at each batch size B on B
+copies of the context (:class:`~fastspec.hf.runner.BatchKVRunner`; an n-gram proposer: B ``propose`` calls, one
+entry for the batch) and :func:`measure_batch_costs` merges it into a version-2 table.
 
-* ``target.forward_s[n]``: ``KVRunner.logits`` over ``n`` new tokens, the cache holding the context (the tensor
-  built from the token list and the float32 numpy copy of the logits included, as in the loop); ``n = 1`` is a
-  plain decoding step, ``n = k + 1`` verifies k drafts;
-* ``drafts[name].forward_s[1]``, ``[2]``: a model draft's forward over 1 new token, and over 2 (the catch-up on
-  the last draft and the bonus token after a step that accepted every draft), with its own KV cache; an early
-  exit ``exitL`` is timed as the loop runs it (its own cache over the shared layers);
-* an n-gram draft (:class:`fastspec.ngram.NgramProposer`): one ``propose(context)`` call on the context as the
-  loop holds it (a Python list), ``forward_s[1]`` with ``one_call_per_step``;
-* ``overhead_s[k]``, k >= 1: everything else a verify step does after the target forward: the k draft draws
-  (``sample_tokens`` on real draft logits rows, one uniform each; the loop times them with the draft, the cost
-  model counts them here), stacking the draft rows, ``verify_logits`` on the real target logits [1, k+1, V] and
-  draft logits [1, k, V], reading its result, and cropping the target's cache and a draft's cache back to the
-  accepted prefix (the draft's crop is timed where it is cheapest to set up, after the draft's own timed forwards,
-  and its median added, standard errors in quadrature).  When every draft is an n-gram proposer it is the one-hot
-  step instead (no draws, ``verify_logits`` with ``draft_logits=None``, the target's crop only).  One overhead per
-  k serves every draft (the schema has one); the note says which draft's flavour it is;
-* ``overhead_s[0]``: plain decoding's per-token work besides the forward (one draw, as in ``generate``).
+Method: every quantity is timed once per round, in an order shuffled every round (seeded; across all B for the
+batch axis), so that drift hits every entry alike; ``warmup`` rounds are discarded; each entry is the median over
+``repeats`` rounds, its standard error the distribution-free one of :func:`fastspec.stats.median_se`.
 
-Method: the runners are filled with one context (``context_length`` tokens) and every quantity is timed once per
-*round*, in an order shuffled every round (seeded), so that drift (other load, frequency changes) hits all of
-them alike; every forward starts from that same context (caches are cropped back between timings, outside the
-timed part unless the crop is what is timed).  ``warmup`` rounds are discarded (the first forwards are slow).
-Each entry is the median over ``repeats`` rounds; its standard error (``*_se``) is distribution-free: the 95%
-confidence interval of the median from order statistics (ranks n/2 ± 1.96 sqrt(n)/2), divided by 2 × 1.96.
+The table's schema: docs/reference/cost-tables.md; the cost model it feeds: docs/design/cost-model.md.
 """
 from __future__ import annotations
 
@@ -40,19 +29,21 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..costs import CostTable
+from ..costs.table import CostTable, parse_batch_list
 from ..errors import InvalidInput, InvalidType
 from ..ngram import NgramProposer
 from ..params import SamplingParams
+from ..processing import sample_tokens
 from ..stats import median_se
 from ..verify import verify_logits
 from .args import (MAX_K, MAX_NEW_TOKENS, as_token_ids, check_k, check_max_new_tokens, check_positions, int_in,
                    positive_int)
-from .loop import _draw, generate, start_numba_pool, teacher_forced_logits
-from .runner import KVRunner
+from .loop import draw_token, generate, serial_kernels, start_numba_pool, teacher_forced_logits
+from .runner import BatchKVRunner, KVRunner
 
-__all__ = ["measure_costs", "check_cost_context", "machine_name", "median_se", "DEFAULT_CONTEXT_LENGTH",
-           "DEFAULT_WARMUP"]
+__all__ = ["measure_costs", "check_cost_context", "check_batch_budget", "batch_axis", "measure_batch_costs",
+           "machine_name", "DEFAULT_CONTEXT_LENGTH", "DEFAULT_WARMUP", "MAX_BATCH_TOKENS", "MAX_LOGITS_ENTRIES",
+           "MAX_CACHED_TOKENS"]
 
 DEFAULT_CONTEXT_LENGTH = 128
 DEFAULT_WARMUP = 2
@@ -233,7 +224,7 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
     is called after each round.  Returns a validated :class:`fastspec.costs.CostTable` that records the machine,
     torch's thread count, the context length, the repeats and a note on the method.  ``batches`` (batch sizes in
     [1, 4096]): also the version-2 batch axis at those B on the same context, in a second interleaved run of
-    ``warmup`` + ``repeats`` rounds (:mod:`fastspec.hf.costs_batch`; ``progress`` is then called twice as often)."""
+    ``warmup`` + ``repeats`` rounds (:func:`batch_axis`; ``progress`` is then called twice as often)."""
     params = SamplingParams(temperature, top_k, top_p, min_p)
     sp = params.as_dict()
     ks = _ks(kmax, ks)
@@ -246,16 +237,13 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         if _vocab(m) != V:
             raise InvalidInput(f"draft {name}: its LM head has {_vocab(m)} outputs but the target's has {V}")
     if batches is not None:
-        from ..costs_batch import parse_batch_list
-        from .costs_batch import _check_size
-
         batches = parse_batch_list(list(batches) if not isinstance(batches, (int, str)) else batches, "batches")
-        _check_size(batches, max(ks), V)
+        check_batch_budget(batches, max(ks), V)
     K = max(ks)
     toks, C = _context(target, models, context=context, context_length=context_length, prompts=prompts,
                        max_new_tokens=max_new_tokens, extra=K + 1, seed=seed)
     if batches is not None:  # the batched caches fit, before any timing
-        _check_size(batches, K, V, C, 1 + len(models))
+        check_batch_budget(batches, K, V, C, 1 + len(models))
     ctx = toks[:C]
     rng = np.random.default_rng(seed)
 
@@ -276,11 +264,11 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         tl = trun.logits(seq, k + 1)
         c1 = time.perf_counter()
         if k == 0:  # plain decoding: one draw from the row
-            _draw(tl[0], rng, params)
+            draw_token(tl[0], rng, params)
             c2 = time.perf_counter()
             trun.rollback(C)
         elif crop_name is not None:  # a model draft's step: draws, verify, the target's cache cropped (the
-            props = [_draw(qrows[j], rng, params) for j in range(k)]  # draft's crop is timed in draft_step)
+            props = [draw_token(qrows[j], rng, params) for j in range(k)]  # draft's crop is timed in draft_step)
             q = np.stack([qrows[j] for j in range(k)])
             res = verify_logits(tl[None], q[None], np.asarray([props], np.int64), **sp,
                                 seed=int(rng.integers(0, 2 ** 62)))
@@ -356,8 +344,6 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         "drafts": out_drafts, "overhead_s": _keyed(ov), "overhead_s_se": _keyed(ose)})
     if batches is None:
         return table
-    from .costs_batch import batch_axis, measure_batch_costs
-
     fields = batch_axis(target, models, ngrams, toks=toks, C=C, batches=batches, ks=ks, params=params,
                         repeats=repeats, warmup=warmup, seed=seed, progress=progress, V=V)
     return measure_batch_costs(table, fields, batches)
@@ -365,3 +351,137 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
 
 def _keyed(d: dict) -> dict:
     return {str(k): float(v) for k, v in sorted(d.items())}
+
+
+#: the most tokens (B x (largest k + 1)) one timed batch forward may feed, and the most logits entries
+#: (B x (k + 1) x V) it may return, so that a measurement stays small on a laptop-class machine
+MAX_BATCH_TOKENS = 1 << 14
+MAX_LOGITS_ENTRIES = 1 << 26
+#: the most positions all batched KV caches hold together (every B's cache lives through the interleaved rounds)
+MAX_CACHED_TOKENS = 1 << 17
+
+
+def check_batch_budget(batches, K: int, V: int, C: int | None = None, models: int = 1) -> None:
+    """The largest timed forward (tokens fed, logits returned) and, with the context length C, the positions all
+    batched caches hold (``models``: the target and each model draft) within bounds, else InvalidInput."""
+    big = max(batches)
+    if big * (K + 1) > MAX_BATCH_TOKENS or big * (K + 1) * V > MAX_LOGITS_ENTRIES:
+        raise InvalidInput(f"batches: B = {big} with k up to {K} feeds {big * (K + 1)} tokens and returns "
+                           f"{big * (K + 1) * V} logits per timed forward; at most {MAX_BATCH_TOKENS} tokens and "
+                           f"{MAX_LOGITS_ENTRIES} logits (give smaller batch sizes or fewer k)")
+    if C is not None and sum(batches) * (C + K + 1) * models > MAX_CACHED_TOKENS:
+        raise InvalidInput(f"batches: the batched KV caches of B = {','.join(map(str, batches))} at a context of {C} "
+                           f"tokens ({models} model(s)) would hold {sum(batches) * (C + K + 1) * models} positions; "
+                           f"at most {MAX_CACHED_TOKENS} (give smaller batch sizes or a shorter context_length)")
+
+
+@torch.inference_mode()
+@serial_kernels
+def batch_axis(target, models: Mapping, ngrams: Mapping, *, toks: Sequence[int], C: int, batches: Sequence[int],
+               ks: Sequence[int], params: SamplingParams, repeats: int, warmup: int, seed: int,
+               progress: Callable[[int], None] | None = None, V: int) -> dict:
+    """The version-2 batch fields (a dict to merge into a table's JSON) measured on the context ``toks[:C]`` (the
+    tokens after it are the ones the timed forwards feed).  ``models``: {name: model draft}; ``ngrams``: {name:
+    NgramProposer}; called by :func:`fastspec.hf.measure_costs` with ``batches``."""
+    bs = parse_batch_list(list(batches), "batches")
+    K = max(ks)
+    check_batch_budget(bs, K, V)
+    sp = params.as_dict()
+    rng = np.random.default_rng(seed + 1)
+    ctx, new = list(toks[:C]), list(toks[C:C + K + 1])
+    truns = {b: BatchKVRunner(target, ctx, b) for b in bs}
+    druns = {(name, b): BatchKVRunner(m, ctx, b) for name, m in models.items() for b in bs}
+    crop_name = next(iter(models), None)
+    # real draft rows for the draws: the draft's logits over the fed tokens, [K, V]
+    qrows = teacher_forced_logits(models[crop_name], ctx, new[:K]) if crop_name is not None else None
+    steps = list(range(1, K + 1)) if ngrams else list(ks)
+    timer = _Timer()
+
+    def target_step(b: int, k: int) -> None:
+        run = truns[b]
+        c0 = time.perf_counter()
+        tl = run.logits(new[:k + 1])
+        c1 = time.perf_counter()
+        if k == 0:
+            sample_tokens(tl[:, 0], 1.0 - rng.random(b), **sp)
+        elif crop_name is not None:
+            q = np.ascontiguousarray(np.broadcast_to(qrows[None, :k], (b, k, qrows.shape[-1])))
+            props = sample_tokens(q, 1.0 - rng.random((b, k)), **sp)
+            res = verify_logits(tl, q, props, **sp, seed=int(rng.integers(0, 2 ** 62)))
+            _ = res.tokens.tolist(), res.num_accepted.tolist()
+        else:
+            props = np.asarray([new[1:k + 1]] * b, np.int64)
+            res = verify_logits(tl, None, props, **sp, seed=int(rng.integers(0, 2 ** 62)))
+            _ = res.tokens.tolist(), res.num_accepted.tolist()
+        run.rollback()
+        c2 = time.perf_counter()
+        timer.add(("target", b, k + 1), c1 - c0)
+        timer.add(("overhead", b, k), c2 - c1)
+
+    def draft_step(name: str, b: int, n: int) -> None:
+        run = druns[(name, b)]
+        c0 = time.perf_counter()
+        run.logits(new[:n])
+        c1 = time.perf_counter()
+        run.rollback()
+        c2 = time.perf_counter()
+        timer.add(("draft", name, b, n), c1 - c0)
+        if name == crop_name:
+            timer.add(("draft crop", b), c2 - c1)
+
+    def ngram_step(name: str, b: int) -> None:
+        contexts = [list(ctx) for _ in range(b)]  # the loop holds one list per sequence
+        c0 = time.perf_counter()
+        for c in contexts:
+            ngrams[name].propose(c)
+        timer.add(("ngram", name, b), time.perf_counter() - c0)
+
+    units = [(target_step, (b, k)) for b in bs for k in [0, *steps]]
+    units += [(draft_step, (name, b, n)) for name in models for b in bs for n in (1, 2)]
+    units += [(ngram_step, (name, b)) for name in ngrams for b in bs]
+    timer.rounds(units, rng, warmup, repeats, progress)
+
+    def nested(flat: dict) -> dict:  # {(B, n): s} -> {"B": {"n": s}}, both levels in numeric order
+        out: dict = {}
+        for (b, n), v in sorted(flat.items()):
+            out.setdefault(str(b), {})[str(n)] = float(v)
+        return out
+
+    def axis(select) -> tuple[dict, dict]:
+        med, se = timer.table(select)
+        return nested(med), nested(se)
+
+    tf, tse = axis(lambda key: key[1:] if key[0] == "target" else None)
+    ov, ose = axis(lambda key: key[1:] if key[0] == "overhead" else None)
+    if crop_name is not None:
+        dc, dcse = axis(lambda key: (key[1], 0) if key[0] == "draft crop" else None)
+        for b in ov:
+            for k in ov[b]:
+                if k != "0":
+                    ov[b][k] += dc[b]["0"]
+                    ose[b][k] = math.hypot(ose[b][k], dcse[b]["0"])
+    drafts = {}
+    for name in models:
+        f, s = axis(lambda key, name=name: key[2:] if key[0] == "draft" and key[1] == name else None)
+        drafts[name] = {"batch_forward_s": f, "batch_forward_s_se": s}
+    for name in ngrams:
+        f, s = axis(lambda key, name=name: (key[2], 1) if key[0] == "ngram" and key[1] == name else None)
+        drafts[name] = {"batch_forward_s": f, "batch_forward_s_se": s}
+    return {"target": {"batch_forward_s": tf, "batch_forward_s_se": tse}, "drafts": drafts,
+            "batch_overhead_s": ov, "batch_overhead_s_se": ose}
+
+
+def measure_batch_costs(table: CostTable, fields: dict, batches: Sequence[int]) -> CostTable:
+    """``table`` (the version-1 entries) with the batch ``fields`` of :func:`batch_axis` merged in: a version-2
+    :class:`~fastspec.costs.CostTable`."""
+    obj = table.as_dict()
+    obj["version"] = 2
+    obj["target"].update(fields["target"])
+    for name, entry in fields["drafts"].items():
+        obj["drafts"][name].update(entry)
+    obj["batch_overhead_s"] = fields["batch_overhead_s"]
+    obj["batch_overhead_s_se"] = fields["batch_overhead_s_se"]
+    obj["note"] = (obj.get("note", "") + f"; batch axis B = {','.join(map(str, batches))}: B copies of the same "
+                   "context in one batched KV cache, every (B, quantity) timed once per interleaved round (order "
+                   "shuffled across all B), medians and standard errors as above")
+    return CostTable.from_dict(obj)

@@ -1,9 +1,10 @@
-"""The cost model of a verify step, in units of one target forward.
+"""The cost of a verify step in relative units (one target forward = 1), from ``--draft-cost`` / ``--verify-cost``.
 
 ``step_cost(k) = k * draft_cost + verify(k)``: k draft forwards (one per drafted token) and one target forward
 over the k drafts plus one position, whose cost relative to a plain decode step is ``verify(k)``: a constant,
 a linear ``const + slope * k``, or a table of measured per-k costs.  Speed-up = tokens per verify step /
-step_cost(k) (plain decoding makes one token per target forward).
+step_cost(k) (plain decoding makes one token per target forward).  Steps in measured seconds are
+:class:`fastspec.costs.step.StepCost`'s.  Explained in docs/design/cost-model.md.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..costs import MAX_TABLE_BYTES, int_keyed, parse_json, read_json_file
+from .table import MAX_TABLE_BYTES, int_keyed, parse_json, read_json_file
 from ..errors import InvalidInput, InvalidType
 from ..params import format_value
 
@@ -167,3 +168,14 @@ class CostModel:
     def speedup(self, tokens_per_step: float, k: int) -> float:
         """Tokens per unit of target-forward time, relative to plain decoding (1 token per target forward)."""
         return tokens_per_step / self.step_cost(k)
+
+    def tree_step_cost(self, k: int, candidates: int) -> float:
+        """``candidates`` candidates per depth: k draft forwards, one target forward over k w + 1 positions
+        (``verify(k w)``); InvalidInput when a verify-cost table lacks k w."""
+        return k * self.draft_cost + self.verify(k * candidates)
+
+    def ngram_step_costs(self, k: int) -> list[float]:
+        """Costs of a step of a one-call proposer (one call of cost ``draft_cost``) that proposed j = 0..k tokens:
+        j = 0 is a plain step after the call; InvalidInput when a verify-cost table lacks a j."""
+        c = self.draft_cost
+        return [1.0 + c] + [c + self.verify(j) for j in range(1, k + 1)]
