@@ -12,7 +12,7 @@ from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.lanes import lane_sum
 from .._numba.rng import Stream, candidate_uniform, position_uniform
 from ..config import BLOCK
-from .codes import (DETERMINISTIC, IID, NO_EXCLUDED, NONE, OUT_OF_RANGE, REACHED_TWICE, TREE_OK,  # noqa: F401
+from .codes import (DETERMINISTIC, NO_EXCLUDED, NONE, OUT_OF_RANGE, REACHED_TWICE, TREE_OK,
                     UNREACHABLE, WITHOUT_REPLACEMENT)
 from .sample import block_count, sample_weights
 
