@@ -11,8 +11,7 @@ import numpy as np
 
 from .._numba.intrinsics import fmaximum, narrow, to_f64
 from .._numba.jit import kernel
-
-from .codes import NONE, ROW_NAN, ROW_NO_FINITE, ROW_OK, ROW_POSINF
+from .codes import NONE, ROW_NAN, ROW_NO_FINITE, ROW_OK, ROW_POSINF  # the status codes status() returns
 
 
 @kernel

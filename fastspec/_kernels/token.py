@@ -29,7 +29,6 @@ from .rows import ROW_OK, argmax_of, row_max, status
 from .sample import block_count, block_sums, row_weights_ahead, sample, sample_weights
 
 
-
 # --------------------------------------------------------------------------------------------- work buffers
 def buffer_size(V: int, nb: int) -> int:
     """float64 elements of one thread's work buffer (see :func:`split_buffer`)."""
