@@ -41,6 +41,7 @@ import numba
 import numpy as np
 
 from ._kernels.alpha import DRAFT_STATUS, alpha_rows, bounds_rows
+from ._kernels.codes import PAD
 from ._kernels.known import known_bounds_rows
 from .analysis import (SpecStats, alpha_summary, check_k, expected_speedup, expected_tokens_closed_form,
                        expected_tokens_per_step, optimal_k)
@@ -130,7 +131,7 @@ def _known_rows(top, extra, tok, sampled):
     if sampled is not None:
         tok = np.asarray(tok, dtype=np.int64)
         listed = (np.concatenate(ids, axis=1) == tok[:, None]).any(axis=1)
-        ids.append(np.where(listed, -1, tok)[:, None])
+        ids.append(np.where(listed, PAD, tok)[:, None])
         lps.append(np.where(listed, -np.inf, np.asarray(sampled, dtype=np.float64))[:, None])
     cap = np.exp(lps[0].min(axis=1))
     return np.ascontiguousarray(np.concatenate(ids, axis=1)), np.ascontiguousarray(np.concatenate(lps, axis=1)), cap

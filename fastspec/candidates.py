@@ -31,9 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._kernels import tree as K
+from ._kernels.codes import CANDIDATE_CODES, NONE, PAD
 from ._numba.rng import row_seeds
 from .errors import InvalidInput, InvalidType
-from .methods import CANDIDATE_SAMPLING, candidate_code, check_candidate_sampling
+from .methods import CANDIDATE_SAMPLING, check_candidate_sampling
 from .params import per_row
 from .processing import probabilities, validate_logits
 from .verify import validate_probs
@@ -85,11 +86,11 @@ def parent_from_siblings(first_child, next_sibling):
         if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
             raise InvalidType(f"{name} must be an integer array, got dtype {a.dtype}")
     N = fc.shape[-1]
-    bad = (fc < -1) | (fc >= N) | (ns < -1) | (ns >= N)
+    bad = (fc < NONE) | (fc >= N) | (ns < NONE) | (ns >= N)
     if bad.any():
         idx = [int(i) for i in np.argwhere(bad)[0]]
         raise InvalidInput(f"first_child/next_sibling{idx}: node ids must lie in [-1, {N})")
-    parent = np.full(fc.shape, -1, dtype=np.int64)
+    parent = np.full(fc.shape, NONE, dtype=np.int64)
     for idx in np.ndindex(fc.shape[:-1]):
         seen = np.zeros(N, bool)
         for n in range(N):
@@ -138,13 +139,13 @@ def _validate_tree(tree_tokens, parent, first_child, next_sibling, num_nodes, B,
         fc = _int_array("first_child", first_child, (B, N))
         ns = _int_array("next_sibling", next_sibling, (B, N))
         for name, a in (("first_child", fc), ("next_sibling", ns)):
-            bad = inside & ((a < -1) | (a >= nn[:, None]))
+            bad = inside & ((a < NONE) | (a >= nn[:, None]))
             if bad.any():
                 b, n = (int(v) for v in np.argwhere(bad)[0])
                 raise InvalidInput(f"{name}[{b}, {n}] = {int(a[b, n])} is invalid: use a node id in [1, num_nodes) "
                                    "or -1")
-        fc = np.where(inside, fc, -1)
-        ns = np.where(inside, ns, -1)
+        fc = np.where(inside, fc, NONE)
+        ns = np.where(inside, ns, NONE)
     depth = np.zeros(B, np.int64)
     b, n, code = K.check_trees(fc, ns, nn, depth)
     if code != K.TREE_OK:
@@ -205,11 +206,11 @@ def verify_tree_probs(target_probs, draft_probs, tree_tokens, *, parent=None, fi
     _check_siblings(toks, fc, ns, pd, sampling)
     seeds = row_seeds(seed, B)
     D = int(depth.max()) if B else 0
-    out = np.full((B, D + 1), -1, dtype=np.int64)
-    path = np.full((B, D + 1), -1, dtype=np.int64)
+    out = np.full((B, D + 1), PAD, dtype=np.int64)
+    path = np.full((B, D + 1), NONE, dtype=np.int64)
     stats = np.zeros((B, 2), dtype=np.int64)
     if B:
-        K.tree_rows(pt, pd, candidate_code(sampling), toks, fc, ns, seeds, out, path, stats)
+        K.tree_rows(pt, pd, CANDIDATE_CODES[sampling], toks, fc, ns, seeds, out, path, stats)
     acc = stats[:, K.DEPTH].copy()
     return TreeVerifyResult(out, path, acc, acc + 1, stats[:, K.UNDERFLOWS].copy())
 

@@ -5,8 +5,8 @@ Numba kernels, on the same rows, hence bitwise the same numbers as one machine -
 ``[n_i, T]`` float64 results.  The client is duck-typed (``map``, ``run``, ``cancel``); dask itself is imported
 only inside :func:`run_on_cluster`, so importing fastspec never imports dask.
 
-* Code identity: each task reports fastspec's version and :data:`fastspec._numba.jit.SOURCE_FINGERPRINT` (a hash
-  of every fastspec source file); a mismatch with this process is a :class:`~fastspec.errors.ClusterError`.
+* Code identity: each task reports fastspec's version and :func:`fastspec._numba.jit.library_fingerprint` (a
+  hash of every fastspec source file); a mismatch with this process is a :class:`~fastspec.errors.ClusterError`.
   Bitwise equality also assumes the same CPU family; ``last_run["cpus"]`` lists the workers' CPU names.
 * Numba threads per task: ``threads_per_worker`` if given, else ``usable cores of the worker's host // worker
   processes on that host`` (at least 1); a process-wide lock keeps one kernel per worker process running at a
@@ -24,7 +24,7 @@ import contextlib
 import threading
 import uuid
 
-from ._numba.jit import SOURCE_FINGERPRINT
+from ._numba.jit import library_fingerprint
 from .errors import ClusterError, DumpFormatError, DumpNotFound
 from .io import load_dump
 
@@ -102,7 +102,7 @@ def alpha_task(path: str, params: dict, threads, expect) -> dict:
 
     n_threads, worker = _task_threads(threads, socket.gethostname())
     out = {"error": None, "not_found": False, "arrays": None, "version": fastspec.__version__,
-           "code": SOURCE_FINGERPRINT, "worker": worker, "threads": n_threads or numba.get_num_threads(),
+           "code": library_fingerprint(), "worker": worker, "threads": n_threads or numba.get_num_threads(),
            "cpu": _cpu_name()}
     with _KERNEL_LOCK if threads is not None else contextlib.nullcontext():
         old = numba.get_num_threads()
@@ -134,9 +134,9 @@ def check_part(part: dict, i: int, S: int) -> None:
         raise (DumpNotFound if part.get("not_found") else DumpFormatError)(f"shard {i} of {S}: {part['error']}")
     import fastspec
 
-    if part["version"] != fastspec.__version__ or part["code"] != SOURCE_FINGERPRINT:
+    if part["version"] != fastspec.__version__ or part["code"] != library_fingerprint():
         raise ClusterError(f"shard {i} of {S}: worker {part['worker']} runs fastspec {part['version']} (sources "
-                           f"{part['code']}), this process {fastspec.__version__} ({SOURCE_FINGERPRINT}); install "
+                           f"{part['code']}), this process {fastspec.__version__} ({library_fingerprint()}); install "
                            "the same fastspec everywhere (and restart workers after upgrading)")
 
 

@@ -12,8 +12,8 @@ VERIFICATION_METHODS = {
     "block": "block verification (Sun et al. 2024, arXiv 2403.10444): judges the drafted block jointly",
 }
 
-#: name -> how the candidates of a tree node were proposed (``verify_tree_probs(sampling=...)``); the order is
-#: the kernels' integer code
+#: name -> how the candidates of a tree node were proposed (``verify_tree_probs(sampling=...)``); the
+#: kernels' integer codes are fastspec._kernels.codes.CANDIDATE_CODES
 CANDIDATE_SAMPLING = {
     "iid": "drawn i.i.d. from the node's draft distribution (SpecInfer)",
     "without_replacement": "drawn one after another from the draft without the earlier siblings "
@@ -40,7 +40,3 @@ def check_candidate_sampling(sampling, allowed=None, *, why: str = "") -> str:
                            f"{', '.join(names)}{why}")
     return sampling
 
-
-def candidate_code(sampling: str) -> int:
-    """The kernels' integer code of a candidate-sampling scheme."""
-    return list(CANDIDATE_SAMPLING).index(sampling)

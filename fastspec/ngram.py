@@ -76,7 +76,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ._numba.jit import kernel
+from ._kernels.codes import PAD
+from ._kernels.ngram import along, match
 from .config import MAX_NGRAM, MAX_PROPOSAL
 from .errors import InvalidInput, InvalidType, shown
 
@@ -87,52 +88,6 @@ OCCURRENCES = ("latest", "earliest")
 
 #: the named rules (module docstring): preset -> its occurrence
 PRESETS = {"fastspec": "latest", "vllm": "earliest", "hf": "earliest"}
-
-
-# --------------------------------------------------------------------------------------------- kernels
-@kernel
-def _match(ctx, L, min_n, max_n, latest):
-    """(s + n, n) for the chosen occurrence in ctx[:L] (see the module docstring), or (-1, 0) when none.
-
-    e runs over the last index of a candidate occurrence, e <= L - 2; m is how many tokens ending at e agree
-    with the tokens ending at L - 1 (at most max_n).  Only a strictly longer m replaces the best, so the first e
-    in scan order reaching the final length wins: the latest scanning down, the earliest scanning up."""
-    best_n = min_n - 1
-    best_end = -1
-    for i in range(L - 1):
-        e = L - 2 - i if latest else i
-        cap = min(max_n, e + 1)
-        if cap <= best_n:
-            if latest:
-                break  # every later e is shorter still
-            continue
-        m = 0
-        while m < cap and ctx[e - m] == ctx[L - 1 - m]:
-            m += 1
-        if m > best_n:
-            best_n = m
-            best_end = e
-            if m == max_n:
-                break
-    if best_end < 0:
-        return -1, 0
-    return best_end + 1, best_n
-
-
-@kernel
-def _along(tokens, prompt_len, k, min_n, max_n, latest, drafts, num_draft, num_matching):
-    N = tokens.shape[0]
-    for t in range(N - prompt_len):
-        L = prompt_len + t
-        start, _ = _match(tokens, L, min_n, max_n, latest)
-        d = 0 if start < 0 else min(k, L - start)
-        m = 0
-        for j in range(d):
-            drafts[t, j] = tokens[start + j]
-            if m == j and L + j < N and tokens[L + j] == tokens[start + j]:
-                m += 1
-        num_draft[t] = d
-        num_matching[t] = m
 
 
 # --------------------------------------------------------------------------------------------- validation
@@ -184,7 +139,7 @@ def propose(context: Sequence[int] | np.ndarray, k: int, *, min_n: int = 1, max_
     """The proposal for ``context`` (prompt + generated tokens): int64 [d], 0 <= d <= k (module docstring)."""
     k, min_n, max_n, latest = _check(k, min_n, max_n, occurrence)
     ctx = _token_ids("context", context)
-    start, _ = _match(ctx, ctx.shape[0], min_n, max_n, latest)
+    start, _ = match(ctx, ctx.shape[0], min_n, max_n, latest)
     return ctx[start:start + k].copy() if start >= 0 else np.zeros(0, dtype=np.int64)
 
 
@@ -227,8 +182,8 @@ def proposals_along(tokens: Sequence[int] | np.ndarray, prompt_len: int, k: int,
         raise InvalidInput(f"prompt_len = {int(prompt_len)} is outside [0, {toks.shape[0]}] (the length of tokens): "
                            "pass the number of prompt tokens at the start of tokens")
     T = toks.shape[0] - int(prompt_len)
-    out = Proposals(np.full((T, k), -1, dtype=np.int64), np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64))
-    _along(toks, int(prompt_len), k, min_n, max_n, latest, out.draft_tokens, out.num_draft, out.num_matching)
+    out = Proposals(np.full((T, k), PAD, dtype=np.int64), np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64))
+    along(toks, int(prompt_len), k, min_n, max_n, latest, out.draft_tokens, out.num_draft, out.num_matching)
     return out
 
 
@@ -243,7 +198,7 @@ def draft_batch(proposals: Sequence[Sequence[int] | np.ndarray], k: int | None =
     if longest > K:
         b = next(b for b, r in enumerate(rows) if r.shape[0] > K)
         raise InvalidInput(f"proposals[{b}] has {rows[b].shape[0]} tokens, more than k = {K}: pass a larger k")
-    draft_tokens = np.full((len(rows), K), -1, dtype=np.int64)
+    draft_tokens = np.full((len(rows), K), PAD, dtype=np.int64)
     for b, r in enumerate(rows):
         draft_tokens[b, :r.shape[0]] = r
     return draft_tokens, np.array([r.shape[0] for r in rows], dtype=np.int64)

@@ -41,7 +41,6 @@ from typing import Iterator
 
 import numpy as np
 
-from ._numba.jit import SOURCE_FINGERPRINT as CODE_FINGERPRINT  # the code identity workers are checked against
 from .distributed import TASK_PREFIX, alpha_task, check_part, run_on_cluster
 from .errors import DumpFormatError, DumpNotFound, FastspecError, InvalidInput, check_int
 from .io import DEFAULT_CHUNK_BYTES, ArrayInfo, Chunk, Dump, DumpBase, load_dump
@@ -49,7 +48,7 @@ from .io.dump import check_max_bytes
 from .io.files import DIRECTORY, REGULAR, entry_kind
 from .io.format import kinds_of
 
-__all__ = ["ShardedDump", "load_any", "is_sharded", "list_shards", "TASK_PREFIX", "CODE_FINGERPRINT"]
+__all__ = ["ShardedDump", "load_any", "is_sharded", "list_shards", "TASK_PREFIX"]
 
 
 def _natural_key(name: str):

@@ -37,6 +37,7 @@ import numpy as np
 
 from ._kernels import block as block_kernels
 from ._kernels import token as token_kernels
+from ._kernels.codes import PAD
 from .config import BLOCK
 from .errors import InvalidInput, InvalidType
 from .methods import check_method
@@ -109,7 +110,7 @@ def _validate_tokens(draft_tokens, B, K, V, num_draft):
     if bad.any():
         b, i = (int(t) for t in np.argwhere(bad)[0])
         t = int(toks[b, i])
-        what = "-1 padding" if t == -1 else f"token id {t}"
+        what = "-1 padding" if t == PAD else f"token id {t}"
         raise InvalidInput(f"draft_tokens[{b}, {i}] = {t} ({what}) is invalid: ids must lie in [0, {V}) "
                            f"within num_draft[{b}] = {int(nd[b])}; pass num_draft for ragged rows")
     toks = np.ascontiguousarray(np.where(inside, toks, 0), dtype=np.int64)  # padding is never read: a safe id
@@ -292,7 +293,7 @@ def _one_row(xt, xd, toks, temperature, top_k, top_p, min_p, seed, check_all):
         xd = None if xd is None else xd.view(np.uint16)
     buf = _thread_flat(_row_buffer_size(shape[2]))
     tokens, summary, ok = token_kernels.verify_one_row(xt, xt if xd is None else xd, xd is not None, check_all, toks,
-                                                       *config, seed - 2 ** 64 if seed >= 2 ** 63 else seed, buf)
+                                                       config, seed - 2 ** 64 if seed >= 2 ** 63 else seed, buf)
     if not ok:
         return None
     return VerifyResult(tokens=tokens, num_accepted=summary[0], num_emitted=summary[1],
@@ -335,7 +336,7 @@ def verify_logits(target_logits, draft_logits, draft_tokens, *, num_draft=None, 
     seeds = _seeds(seed, B)
     kt = kernel_view(xt)
     kd = kernel_view(xd) if has_draft else kt[:, :0]  # one-hot: an empty draft array of the target's type
-    out = np.full((B, K + 1), -1, dtype=np.int64)
+    out = np.full((B, K + 1), PAD, dtype=np.int64)
     stats = np.zeros((B, token_kernels.N_STATS), dtype=np.int64)
     if B:
         (_run_token if method == "token" else _run_block)(kt, kd, has_draft, check_all, toks, nd, params, seeds, out,
@@ -392,7 +393,7 @@ def verify_probs(target_probs, draft_probs, draft_tokens, *, num_draft=None, see
             b, i = (int(v) for v in np.argwhere(bad)[0])
             raise InvalidInput(f"draft_tokens[{b}, {i}] = {int(toks[b, i])} has draft probability q = 0: a drafted "
                                "token must have been sampled from the draft distribution")
-    out = np.full((B, K + 1), -1, dtype=np.int64)
+    out = np.full((B, K + 1), PAD, dtype=np.int64)
     stats = np.zeros((B, token_kernels.N_STATS), dtype=np.int64)
     if B:
         if method == "block":

@@ -10,7 +10,8 @@ import numpy as np
 
 from fastspec._kernels.process import row_cutoff
 from fastspec._kernels.rows import row_max
-from fastspec._kernels.sample import NO_EXCLUDED, block_count, block_sums, residual_weight, row_weights
+from fastspec._kernels.codes import NO_EXCLUDED
+from fastspec._kernels.sample import block_count, block_sums, residual_weight, row_weights
 from fastspec.config import BLOCK
 from fastspec.processing import kernel_view, validate_logits
 
@@ -45,7 +46,7 @@ def verification_distributions(p, q, token):
 def _weights(x, temperature, top_k, top_p, min_p):
     xk = kernel_view(np.ascontiguousarray(x))
     m = row_max(xk)
-    inv_t, thr = row_cutoff(xk, m, float(temperature), int(top_k), float(top_p), float(min_p), np.empty(len(x)))
+    inv_t, thr = row_cutoff(xk, m, (float(temperature), int(top_k), float(top_p), float(min_p)), np.empty(len(x)))
     w = np.empty(len(x))
     z = row_weights(xk, m, inv_t, thr, w, np.empty(block_count(len(x))))
     return w, z

@@ -215,7 +215,7 @@ def test_mc_kernel_replays_the_online_state(spec):
     qmax = np.maximum(qx[0], 0.5)
     rule, on_token, theta, h, k0, heur, tune = _codes(pol)
     tot, hist, hall, per = np.zeros(N_P), np.zeros(L + 2), np.zeros(L + 2), np.zeros((trials, 2))
-    policy_mc(qx, acc, qmax, L, rule, on_token, theta, h, k0, heur, tune, tot, hist, hall, per,
+    policy_mc(qx, acc, qmax, L, (rule, on_token, theta, h, k0, heur, tune), tot, hist, hall, per,
               np.zeros(trials, np.int64))
     for r in range(trials):
         assert tuple(per[r]) == _replay_online(pol, qx[r], acc[r], qmax, L)[:2], r
@@ -234,7 +234,7 @@ def test_mc_kernel_carries_the_heuristic_cap_like_start_previous():
         qx = rng.choice([0.1, 0.3, 0.5, 0.7, 0.9], size=(trials, L))
         acc = rng.random((trials, L)) < qx
         per = np.zeros((trials, 2))
-        policy_mc(qx, acc, qx[0], L, rule, on_token, theta, h, k0, heur, tune, np.zeros(N_P), np.zeros(L + 2),
+        policy_mc(qx, acc, qx[0], L, (rule, on_token, theta, h, k0, heur, tune), np.zeros(N_P), np.zeros(L + 2),
                   np.zeros(L + 2), per, cap)
         for r in range(trials):
             steps, accepted, states[r] = _replay_online(pol, qx[r], acc[r], qx[0], L, states[r])

@@ -79,14 +79,14 @@ def test_row_cutoff_contract():
     scratch = np.empty(1000)
     m = row_max(x)
     assert m == x[5] and argmax_of(x, m) == 5
-    inv_t, thr = row_cutoff(x, m, 0.5, 50, 0.9, 0.01, scratch)
+    inv_t, thr = row_cutoff(x, m, (0.5, 50, 0.9, 0.01), scratch)
     assert inv_t == 2.0
     w = np.where(x >= thr, np.exp((x - m) * inv_t), 0.0)
     np.testing.assert_allclose(w / w.sum(), naive.probabilities_row(x, 0.5, 50, 0.9, 0.01), atol=1e-12)
     np.testing.assert_allclose(probabilities(x, temperature=0.5, top_k=50, top_p=0.9, min_p=0.01), w / w.sum(),
                                atol=1e-15)
     x32 = x.astype(np.float32)
-    assert row_cutoff(x32, row_max(x32), 1.0, 0, 1.0, 0.0, scratch)[1] == -np.inf  # nothing filtered
+    assert row_cutoff(x32, row_max(x32), (1.0, 0, 1.0, 0.0), scratch)[1] == -np.inf  # nothing filtered
 
 
 def test_ties_at_cutoffs_are_kept():

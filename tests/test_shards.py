@@ -274,14 +274,14 @@ def test_typed_shard_errors(tmp_path, dense):
 
 
 def test_one_code_fingerprint():
-    """Workers are checked against the one source fingerprint (fastspec._numba.jit), not a second, hand-kept one."""
+    """Workers are checked against the one library fingerprint (fastspec._numba.jit), not a second, hand-kept one."""
     import fastspec
-    from fastspec import distributed, shards
-    from fastspec._numba.jit import SOURCE_FINGERPRINT
+    from fastspec import distributed
+    from fastspec._numba.jit import library_fingerprint
     from fastspec.errors import ClusterError, DumpFormatError, DumpNotFound
 
-    assert shards.CODE_FINGERPRINT == SOURCE_FINGERPRINT
-    part = {"error": None, "arrays": {}, "version": fastspec.__version__, "code": SOURCE_FINGERPRINT, "worker": "w"}
+    assert distributed.library_fingerprint is library_fingerprint
+    part = {"error": None, "arrays": {}, "version": fastspec.__version__, "code": library_fingerprint(), "worker": "w"}
     distributed.check_part(part, 0, 1)
     with pytest.raises(ClusterError, match="shard 1 of 2: worker w runs fastspec"):
         distributed.check_part(dict(part, code="0" * 16), 1, 2)

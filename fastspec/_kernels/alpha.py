@@ -15,42 +15,41 @@ import numpy as np
 
 from .._numba.jit import parallel_kernel, kernel, prange
 from .._numba.lanes import lane_min_sum
-from .rows import ROW_NO_FINITE, ROW_OK, argmax_of, row_max, status
+from .codes import DRAFT_STATUS, ROW_OK
+from .rows import argmax_of, row_max, status
 from . import half
-from .process import processed_weights, row_cutoff
+from .process import processed_weights, row_cutoff, row_params
 from .sample import block_count
 
-# alpha_row's status: ROW_OK, a bad target row's rows.status code (1-3), or DRAFT_STATUS + a bad draft row's (4-6)
-DRAFT_STATUS = ROW_NO_FINITE
 
 @kernel
-def _weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, use_table, tables, state):
+def _weights(x, m, sp, scratch, w, bsum, use_table, tables, state):
     """z of a valid row (temperature > 0) with its processed weights stored in w: from the float16 table when
     ``use_table`` (:mod:`fastspec._kernels.half`), else with fastspec's exp."""
     if not use_table:
-        return processed_weights(x, m, temp, top_k, top_p, min_p, scratch, w, bsum)[2]
-    inv_t, thr = row_cutoff(x, m, temp, top_k, top_p, min_p, scratch)
+        return processed_weights(x, m, sp, scratch, w, bsum)[2]
+    inv_t, thr = row_cutoff(x, m, sp, scratch)
     table, c = half.serves(tables, state, m, inv_t)
     return half.table_weights(x, m, inv_t, thr, w, bsum, table, c)
 
 
 @kernel
-def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, use_table, tables, state):
-    """(alpha, status) of one row pair; status ROW_OK, the target row's :func:`status` (NaN/+inf/no finite
-    value) or :data:`DRAFT_STATUS` + the draft row's.
+def alpha_row(x, y, sp, ep, eq, bsum, use_table, tables, state):
+    """(alpha, status) of one row pair under sampling sp = (temperature, top_k, top_p, min_p); status ROW_OK,
+    the target row's :func:`status` (NaN/+inf/no finite value) or :data:`DRAFT_STATUS` + the draft row's.
     ``use_table``: float16 rows (uint16 bits) take their weights from the per-thread tables (tables, state)."""
     mp = row_max(x)
-    sp = status(mp)
-    if sp != ROW_OK:
-        return 0.0, sp
+    st = status(mp)
+    if st != ROW_OK:
+        return 0.0, st
     mq = row_max(y)
     sq = status(mq)
     if sq != ROW_OK:
         return 0.0, DRAFT_STATUS + sq
-    if temp == 0.0:
+    if sp[0] == 0.0:
         return (1.0 if argmax_of(x, mp) == argmax_of(y, mq) else 0.0), ROW_OK
-    zp = _weights(x, mp, temp, top_k, top_p, min_p, eq, ep, bsum, use_table, tables, state)  # eq: scratch first
-    zq = _weights(y, mq, temp, top_k, top_p, min_p, eq, eq, bsum, use_table, tables, state)
+    zp = _weights(x, mp, sp, eq, ep, bsum, use_table, tables, state)  # eq: scratch first
+    zq = _weights(y, mq, sp, eq, eq, bsum, use_table, tables, state)
     return min(lane_min_sum(ep, eq, 1.0 / zp, 1.0 / zq, 0, ep.shape[0]), 1.0), ROW_OK
 
 
@@ -58,7 +57,6 @@ def alpha_row(x, y, temp, top_k, top_p, min_p, ep, eq, bsum, use_table, tables, 
 def alpha_rows(P, Q, params, valid, nthreads, use_table, out, status_out):
     """alpha per row of P, Q [R, V] (rows where ``valid`` is False get 0): thread c takes a contiguous range
     of rows with its own work arrays (and, with ``use_table`` -- float16 rows -- its own weight tables)."""
-    temp, top_k, top_p, min_p = params
     R, V = P.shape
     nth = min(nthreads, max(R, 1))
     nb = block_count(V)
@@ -72,8 +70,8 @@ def alpha_rows(P, Q, params, valid, nthreads, use_table, out, status_out):
             out[r] = 0.0
             status_out[r] = 0
             if valid[r]:
-                out[r], status_out[r] = alpha_row(P[r], Q[r], temp[r], top_k[r], top_p[r], min_p[r], ep, eq,
-                                                  bsum, use_table, tables, state)
+                out[r], status_out[r] = alpha_row(P[r], Q[r], row_params(params, r), ep, eq, bsum, use_table, tables,
+                                                  state)
 
 
 @kernel

@@ -19,11 +19,13 @@ import numpy as np
 from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.rng import Stream, position_uniform
 from ..config import BLOCK
-from .rows import ROW_OK, argmax_of, row_max, status
-from .sample import (NO_EXCLUDED, block_count, block_sums, block_weights, pick_block, row_weights, sample,
+from .codes import (ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, NO_EXCLUDED, PAD, ROW_OK, TARGET_ROWS,
+                    UNDERFLOWS)
+from .rows import argmax_of, row_max, status
+from .sample import (block_count, block_sums, block_weights, pick_block, row_weights, sample,
                      sample_weights, scan_block)
-from .process import visit_row
-from .token import ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, TARGET_ROWS, UNDERFLOWS, row_seed, validate_rest
+from .process import row_params, visit_row
+from .token import row_seed, validate_rest
 
 # columns of prm [K+1, N_PRM]: the processing of position i's target and draft rows, and the residual's scales
 P_MAX, P_INV_T, P_THR, Q_MAX, Q_INV_T, Q_THR, RES_A, RES_B = range(8)
@@ -60,7 +62,7 @@ def _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u):
     """The residual token of position tau from its stored block sums: one block's weights recomputed."""
     j, rem = pick_block(rsum[tau], u)
     if j < 0:
-        return -1
+        return PAD
     lo = j * BLOCK
     hi = min(xt.shape[1], lo + BLOCK)
     block_weights(xt[tau], prm[tau, P_MAX], prm[tau, P_INV_T], prm[tau, P_THR], lo, hi, tp)
@@ -71,7 +73,7 @@ def _residual_token(xt, xd, has_draft, toks, tau, prm, rsum, tp, tq, u):
         excl = toks[tau] - lo
     v = scan_block(tp[:hi - lo], tq[:hi - lo] if has_draft else tp[:hi - lo], prm[tau, RES_A], prm[tau, RES_B],
                    excl, rem)
-    return lo + v if v >= 0 else -1
+    return lo + v if v >= 0 else PAD
 
 
 # --------------------------------------------------------------------------------------------- work buffers
@@ -107,10 +109,9 @@ def split_buffer(buf, K1, V, nb):
 def verify_row_block(xt, xd, has_draft, check_all, toks, nd, sp, seed, out, stats, buf):
     """Block-verify one row from logits (arrays as in :func:`fastspec._kernels.token.verify_row_logits`);
     sp = (temperature, top_k, top_p, min_p) of the row; buf: a work buffer of :func:`buffer_size` elements."""
-    temp, top_k, top_p, min_p = sp
     V = xt.shape[1]
     rsum, prm, wp, wq, zpb, zqb, tp, tq = split_buffer(buf, xt.shape[0], V, block_count(V))
-    if temp == 0.0:  # greedy: block verification equals token verification
+    if sp[0] == 0.0:  # greedy: block verification equals token verification
         for i in range(nd + 1):
             m = row_max(xt[i])
             if status(m) != ROW_OK:
@@ -121,8 +122,7 @@ def verify_row_block(xt, xd, has_draft, check_all, toks, nd, sp, seed, out, stat
             if i == nd or toks[i] != amax:
                 stats[ACCEPTED] = i
                 if check_all:
-                    validate_rest(xt, xd, has_draft, toks, nd, i + 1, 0, np.empty(0), 0, temp, top_k, top_p, min_p,
-                                  wq, stats)
+                    validate_rest(xt, xd, has_draft, toks, nd, (i + 1, 0, 0), np.empty(0), sp, wq, stats)
                 return
         return
     w = 1.0
@@ -130,12 +130,12 @@ def verify_row_block(xt, xd, has_draft, check_all, toks, nd, sp, seed, out, stat
     last = nd  # positions 0..last-1 have stored residuals
     for i in range(nd):
         tok = toks[i]
-        ok, mp, itp, thrp, zp = visit_row(xt[i], temp, top_k, top_p, min_p, wq, wp, zpb)
+        ok, mp, itp, thrp, zp = visit_row(xt[i], sp, wq, wp, zpb)
         if not ok:
             stats[BAD_VALUES] = TARGET_ROWS
             return
         if has_draft:
-            ok, mq, itq, thrq, zq = visit_row(xd[i], temp, top_k, top_p, min_p, wq, wq, zqb)
+            ok, mq, itq, thrq, zq = visit_row(xd[i], sp, wq, wq, zqb)
             if not ok:
                 stats[BAD_VALUES] = DRAFT_ROWS
                 return
@@ -160,7 +160,7 @@ def verify_row_block(xt, xd, has_draft, check_all, toks, nd, sp, seed, out, stat
     tau = _decide(toks, nd, last, w, tau, seed, out, stats)
     t_read = last
     if tau == nd:  # bonus token from p_{nd}
-        ok, _, _, _, _ = visit_row(xt[nd], temp, top_k, top_p, min_p, wq, wp, zpb)
+        ok, _, _, _, _ = visit_row(xt[nd], sp, wq, wp, zpb)
         if not ok:
             stats[BAD_VALUES] = TARGET_ROWS
             return
@@ -175,32 +175,27 @@ def verify_row_block(xt, xd, has_draft, check_all, toks, nd, sp, seed, out, stat
             v = sample(wp, wp, 1.0, 0.0, NO_EXCLUDED, zpb, u)
         out[tau] = v
     if check_all:
-        validate_rest(xt, xd, has_draft, toks, nd, t_read, last if has_draft else 0, np.empty(0), 0, temp, top_k,
-                      top_p, min_p, wq, stats)
+        validate_rest(xt, xd, has_draft, toks, nd, (t_read, last if has_draft else 0, 0), np.empty(0), sp, wq, stats)
 
 
 @parallel_kernel
 def block_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, buffers):
     """Rows in parallel: thread chunk c takes rows c, c + n, ... (n = len(buffers)) with work buffer
     buffers[c] (as :func:`fastspec._kernels.token.verify_logits_rows`); params: the per-row sampling arrays."""
-    temp, top_k, top_p, min_p = params
     B = xt.shape[0]
     n = buffers.shape[0]
     for c in prange(n):
         for b in range(c, B, n):
-            sp = (temp[b], top_k[b], top_p[b], min_p[b])
-            verify_row_block(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], sp, row_seed(seeds, derive, b), out[b],
-                             stats[b], buffers[c])
+            verify_row_block(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], row_params(params, b),
+                             row_seed(seeds, derive, b), out[b], stats[b], buffers[c])
 
 
 @kernel
 def block_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, buffers):
     """The same, rows one after the other with buffers[0] (no parallel region)."""
-    temp, top_k, top_p, min_p = params
     for b in range(xt.shape[0]):
-        sp = (temp[b], top_k[b], top_p[b], min_p[b])
-        verify_row_block(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], sp, row_seed(seeds, derive, b), out[b],
-                         stats[b], buffers[0])
+        verify_row_block(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], row_params(params, b),
+                         row_seed(seeds, derive, b), out[b], stats[b], buffers[0])
 
 
 # --------------------------------------------------------------------------------------------- probabilities

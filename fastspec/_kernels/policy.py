@@ -7,15 +7,16 @@ token just drafted; the token that triggers a stop is kept.  Drafting goes on af
 will reject (the drafter does not know): those drafts only change the step's draft count, and the dump has no
 distribution for them, so the recorded positions' statistics stand in for them (the proxy).
 
-Policy codes: ``rule`` 0 fixed (never stops), 1 threshold (continue iff confidence >= theta; hf uses it), 2
-SpecDec++ (continue iff 1 - prod confidence < h); ``heuristic`` 1: HF's +2 / -1 schedule on the cap; ``tune`` 1:
-HF's ROC threshold tuning (Monte-Carlo only).
+Policy codes (:mod:`fastspec._kernels.codes`): ``rule`` RULE_FIXED (never stops), RULE_THRESHOLD (continue iff
+confidence >= theta; hf uses it), RULE_SPECDEC (SpecDec++: continue iff 1 - prod confidence < h); ``heuristic``
+1: HF's +2 / -1 schedule on the cap; ``tune`` 1: HF's ROC threshold tuning (Monte-Carlo only).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .._numba.jit import kernel
+from .codes import NONE, RULE_SPECDEC, RULE_THRESHOLD
 
 # columns of the per-sequence totals
 P_STEPS, P_DRAFTED, P_ACCEPTED = range(3)
@@ -158,14 +159,15 @@ def roc_threshold(p, y, m):
 
 
 @kernel
-def policy_mc(qx, acc, qmax, L, rule, on_token, theta, h, k0, heuristic, tune, tot, hist, hist_all, trial_out,
-              cap_io):
-    """Monte-Carlo replay of one sequence: ``qx[r, t]`` the draft's probability of the token it drafts at t in trial
-    r and ``acc[r, t]`` whether verification accepts it (drawn jointly), ``qmax[t]`` its max probability.
-    Adds to tot [N_P], hist / hist_all (summed over trials) and writes per trial (steps, accepted) to
-    trial_out [trials, 2].  ``cap_io[r]`` > 0: trial r starts from that cap instead of k0 (HF's heuristic cap
-    carried over from the previous generate() call); the final cap is written back (after the plain last step, which
-    HF also counts: +2)."""
+def policy_mc(qx, acc, qmax, L, policy, tot, hist, hist_all, trial_out, cap_io):
+    """Monte-Carlo replay of one sequence under ``policy = (rule, on_token, theta, h, k0, heuristic, tune)``
+    (module docstring; :func:`fastspec.simulation.policy_eval._codes`): ``qx[r, t]`` the draft's probability of the
+    token it drafts at t in trial r and ``acc[r, t]`` whether verification accepts it (drawn jointly), ``qmax[t]``
+    its max probability.  Adds to tot [N_P], hist / hist_all (summed over trials) and writes per trial (steps,
+    accepted) to trial_out [trials, 2].  ``cap_io[r]`` > 0: trial r starts from that cap instead of k0 (HF's
+    heuristic cap carried over from the previous generate() call); the final cap is written back (after the plain
+    last step, which HF also counts: +2)."""
+    rule, on_token, theta, h, k0, heuristic, tune = policy
     trials = qx.shape[0]
     probs = np.empty(L + 1)
     matches = np.empty(L + 1)
@@ -181,7 +183,7 @@ def policy_mc(qx, acc, qmax, L, rule, on_token, theta, h, k0, heuristic, tune, t
         while s < L - 1:
             d = min(n, L - 1 - s)
             D = 0
-            rej_at = -1
+            rej_at = NONE
             prod = 1.0
             for j in range(d):
                 t = s + j
@@ -189,10 +191,10 @@ def policy_mc(qx, acc, qmax, L, rule, on_token, theta, h, k0, heuristic, tune, t
                 D = j + 1
                 if rej_at < 0 and not acc[r, t]:
                     rej_at = j
-                if rule == 1:
+                if rule == RULE_THRESHOLD:
                     if thr > 0.0 and conf < thr:
                         break
-                elif rule == 2:
+                elif rule == RULE_SPECDEC:
                     prod *= conf
                     if 1.0 - prod >= h:
                         break

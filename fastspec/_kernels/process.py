@@ -20,7 +20,8 @@ from .._numba.intrinsics import to_f64
 from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.lanes import lane_sum
 from .rows import ROW_OK, argmax_of, row_max, status
-from .sample import NO_EXCLUDED, block_count, row_weights, sample
+from .codes import NO_EXCLUDED
+from .sample import block_count, row_weights, sample
 
 _SMALL = 16  # partitions this small are finished by insertion sort
 
@@ -133,16 +134,27 @@ def top_p_cutoff(a, n, target):
 
 
 @kernel
-def needs_selection(n, top_k, top_p):
-    """True when top-k or top-p filters a row of n tokens (they need the scratch row and a selection)."""
+def row_params(params, r):
+    """Row r's sampling tuple (temperature, top_k, top_p, min_p) from the per-row arrays ``params``
+    (``fastspec.params.RowParams``): the one sampling argument every row kernel takes."""
+    temperature, top_k, top_p, min_p = params
+    return (temperature[r], top_k[r], top_p[r], min_p[r])
+
+
+@kernel
+def needs_selection(n, sp):
+    """True when the top-k or top-p of sp filters a row of n tokens (they need the scratch row and a selection)."""
+    _, top_k, top_p, _ = sp
     return (top_k > 0 and top_k < n) or top_p < 1.0
 
 
 @kernel
-def cutoff(x, m, temperature, top_k, top_p, min_p, scratch):
-    """(inv_t, thr) of a valid row with max ``m`` and ``temperature > 0``: the kept set is ``x_v >= thr``.
+def cutoff(x, m, sp, scratch):
+    """(inv_t, thr) of a valid row with max ``m`` and sampling ``sp = (temperature, top_k, top_p, min_p)``,
+    ``temperature > 0``: the kept set is ``x_v >= thr``.
 
     ``scratch``: float64 [len(x)] work row (read only when top-k or top-p is active)."""
+    temperature, top_k, top_p, min_p = sp
     n = x.shape[0]
     inv_t = 1.0 / temperature
     thr = -np.inf
@@ -176,10 +188,11 @@ def cutoff(x, m, temperature, top_k, top_p, min_p, scratch):
 
 
 @kernel
-def row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch):
+def row_cutoff(x, m, sp, scratch):
     """(inv_t, thr) of a valid row with max m (temperature > 0); the selection runs only for top-k/top-p."""
-    if needs_selection(x.shape[0], top_k, top_p):
-        return cutoff(x, m, temperature, top_k, top_p, min_p, scratch)
+    temperature, _, _, min_p = sp
+    if needs_selection(x.shape[0], sp):
+        return cutoff(x, m, sp, scratch)
     thr = -np.inf
     if min_p > 0.0:
         thr = m + temperature * math.log(min_p)
@@ -187,37 +200,37 @@ def row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch):
 
 
 @kernel
-def processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum):
+def processed_weights(x, m, sp, scratch, w, bsum):
     """(inv_t, thr, z) of a valid row with max m (temperature > 0), with its processed weights stored in w and
     their block sums in bsum (:func:`fastspec._kernels.sample.row_weights`)."""
-    inv_t, thr = row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch)
+    inv_t, thr = row_cutoff(x, m, sp, scratch)
     return inv_t, thr, row_weights(x, m, inv_t, thr, w, bsum)
 
 
 @kernel
-def visit_row(x, temperature, top_k, top_p, min_p, scratch, w, bsum):
+def visit_row(x, sp, scratch, w, bsum):
     """(ok, m, inv_t, thr, z) of one logits row read once: its max (and validity), then, when temperature > 0,
     its processed weights stored in w with block sums in bsum."""
     m = row_max(x)
     if status(m) != ROW_OK:
         return False, m, 0.0, 0.0, 0.0
-    if temperature == 0.0:
+    if sp[0] == 0.0:
         return True, m, 0.0, m, 1.0
-    inv_t, thr, z = processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum)
+    inv_t, thr, z = processed_weights(x, m, sp, scratch, w, bsum)
     return True, m, inv_t, thr, z
 
 
 @kernel
-def row_probabilities(x, temperature, top_k, top_p, min_p, scratch, out):
+def row_probabilities(x, sp, scratch, out):
     """out[:] = the processed distribution of a valid row (float64); greedy is one-hot on the argmax."""
     n = x.shape[0]
     m = row_max(x)
-    if temperature == 0.0:
+    if sp[0] == 0.0:
         for i in range(n):
             out[i] = 0.0
         out[argmax_of(x, m)] = 1.0
         return
-    inv_t, thr = row_cutoff(x, m, temperature, top_k, top_p, min_p, scratch)
+    inv_t, thr = row_cutoff(x, m, sp, scratch)
     for i in range(n):
         xv = to_f64(x[i])
         e = weight(xv, m, inv_t)
@@ -230,57 +243,57 @@ def row_probabilities(x, temperature, top_k, top_p, min_p, scratch, out):
 @parallel_kernel
 def probabilities_rows(x, params, out):
     """Processed distributions of valid rows x [R, V] with per-row parameters (``fastspec.params.RowParams``)."""
-    temperature, top_k, top_p, min_p = params
     rows, n = x.shape
     for r in prange(rows):
-        scratch = np.empty(n if needs_selection(n, top_k[r], top_p[r]) else 1)
-        row_probabilities(x[r], temperature[r], top_k[r], top_p[r], min_p[r], scratch, out[r])
+        sp = row_params(params, r)
+        scratch = np.empty(n if needs_selection(n, sp) else 1)
+        row_probabilities(x[r], sp, scratch, out[r])
 
 
 @kernel
-def sample_row(x, temperature, top_k, top_p, min_p, u, w, bsum, scratch):
+def sample_row(x, sp, u, w, bsum, scratch):
     """One token from the processed distribution of a valid logits row with the uniform u (greedy: the argmax);
     w [V], bsum [blocks], scratch [V]: work arrays."""
     m = row_max(x)
-    if temperature == 0.0:
+    if sp[0] == 0.0:
         return argmax_of(x, m)
-    processed_weights(x, m, temperature, top_k, top_p, min_p, scratch, w, bsum)
+    processed_weights(x, m, sp, scratch, w, bsum)
     return sample(w, w, 1.0, 0.0, NO_EXCLUDED, bsum, u)
 
 
 @kernel
-def row_work(V, nb, top_k, top_p):
-    """(w [V], bsum [nb], scratch) work arrays of one row's weights: scratch holds V values only when top-k or
-    top-p needs a selection."""
-    return np.empty(V), np.empty(nb), np.empty(V if needs_selection(V, top_k, top_p) else 1)
+def row_work(V, nb, sp):
+    """(w [V], bsum [nb], scratch) work arrays of one row's weights: scratch holds V values only when the top-k or
+    top-p of sp needs a selection."""
+    return np.empty(V), np.empty(nb), np.empty(V if needs_selection(V, sp) else 1)
 
 
 @parallel_kernel
 def sample_rows(x, params, u, out):
     """out[r] = a token from the processed distribution of row r of x [R, V], with uniform u[r]."""
-    temperature, top_k, top_p, min_p = params
     R, V = x.shape
     nb = block_count(V)
     for r in prange(R):
-        w, bsum, scratch = row_work(V, nb, top_k[r], top_p[r])
-        out[r] = sample_row(x[r], temperature[r], top_k[r], top_p[r], min_p[r], u[r], w, bsum, scratch)
+        sp = row_params(params, r)
+        w, bsum, scratch = row_work(V, nb, sp)
+        out[r] = sample_row(x[r], sp, u[r], w, bsum, scratch)
 
 
 @parallel_kernel
 def probabilities_at(x, params, ids, out):
     """out[r, j] = the processed probability of token ids[r, j] in row r of x [R, V] (0 where ids[r, j] < 0);
     greedy rows: 1 for the argmax, else 0.  One max pass and one weight pass per row, no probability row kept."""
-    temperature, top_k, top_p, min_p = params
     R, V = x.shape
     nb = block_count(V)
     for r in prange(R):
-        w, bsum, scratch = row_work(V, nb, top_k[r], top_p[r])
+        sp = row_params(params, r)
+        w, bsum, scratch = row_work(V, nb, sp)
         m = row_max(x[r])
-        if temperature[r] == 0.0:
+        if sp[0] == 0.0:
             amax = argmax_of(x[r], m)
             for j in range(ids.shape[1]):
                 out[r, j] = 1.0 if ids[r, j] == amax else 0.0
             continue
-        _, _, z = processed_weights(x[r], m, temperature[r], top_k[r], top_p[r], min_p[r], scratch, w, bsum)
+        _, _, z = processed_weights(x[r], m, sp, scratch, w, bsum)
         for j in range(ids.shape[1]):
             out[r, j] = w[ids[r, j]] / z if ids[r, j] >= 0 else 0.0

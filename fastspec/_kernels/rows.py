@@ -11,12 +11,7 @@ import numpy as np
 
 from .._numba.intrinsics import fmaximum, narrow, to_f64
 from .._numba.jit import kernel
-
-# row status codes (what :func:`status` returns)
-ROW_OK = 0
-ROW_NAN = 1
-ROW_POSINF = 2
-ROW_NO_FINITE = 3
+from .codes import NONE, ROW_NAN, ROW_NO_FINITE, ROW_OK, ROW_POSINF  # the status codes status() returns
 
 
 @kernel
@@ -56,4 +51,4 @@ def first_bad_row(rows, start):
     for i in range(start, rows.shape[0]):
         if status(row_max(rows[i])) != ROW_OK:
             return i
-    return -1
+    return NONE

@@ -28,7 +28,7 @@ from .._numba.jit import kernel
 from .._numba.lanes import exp_lane_sum, lane_residual_sum, lane_sum
 from ..config import BLOCK
 
-NO_EXCLUDED = -1
+from .codes import NONE, PAD
 
 
 @kernel
@@ -71,10 +71,10 @@ def pick_block(bsum, u):
     for j in range(bsum.shape[0]):
         total += bsum[j]
     if not total > 0.0:
-        return -1, 0.0
+        return NONE, 0.0
     target = u * total
     cum = 0.0
-    last = -1
+    last = NONE
     for j in range(bsum.shape[0]):
         s = bsum[j]
         if s > 0.0:
@@ -90,7 +90,7 @@ def scan_block(P, Q, a, b, excl, rem):
     """Inverse CDF inside one block (P, Q: the block's slices; excl relative to the block): the first index
     where the running sum of w reaches ``rem``, else the last index with positive weight, else -1."""
     c = 0.0
-    last = -1
+    last = NONE
     for v in range(P.shape[0]):
         w = residual_weight(P, Q, a, b, excl, v)
         if w > 0.0:
@@ -106,11 +106,11 @@ def sample(P, Q, a, b, excl, bsum, u):
     """A token from w (module docstring) given its block sums ``bsum``; -1 when every weight is 0."""
     j, rem = pick_block(bsum, u)
     if j < 0:
-        return -1
+        return PAD
     lo = j * BLOCK
     hi = min(P.shape[0], lo + BLOCK)
     v = scan_block(P[lo:hi], Q[lo:hi], a, b, excl - lo, rem)
-    return lo + v if v >= 0 else -1
+    return lo + v if v >= 0 else PAD
 
 
 @kernel

@@ -22,18 +22,11 @@ from .._numba.fastexp import fexp
 from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.rng import Stream, derive_row_seed, position_uniform
 from ..config import BLOCK, READ_AHEAD_BYTES
-from .process import row_cutoff
+from .codes import (ACCEPTED, BAD_DRAFT, BAD_VALUES, DRAFT_ROWS, N_STATS, NO_EXCLUDED, PAD, TARGET_ROWS,
+                    UNDERFLOWS)
+from .process import row_cutoff, row_params
 from .rows import ROW_OK, argmax_of, row_max, status
-from .sample import NO_EXCLUDED, block_count, block_sums, row_weights_ahead, sample, sample_weights
-
-# columns of the per-row stats array [B, N_STATS]
-ACCEPTED = 0  # accepted drafts
-UNDERFLOWS = 1  # 1 when the residual summed to 0 (p ~= q) and the recovered token came from p
-BAD_DRAFT = 2  # 1 + the first drafted position whose token has draft probability 0 (0: none)
-BAD_VALUES = 3  # 0, or which array has a NaN/+inf/all -inf row: TARGET_ROWS or DRAFT_ROWS
-N_STATS = 4
-TARGET_ROWS = 1
-DRAFT_ROWS = 2
+from .sample import block_count, block_sums, row_weights_ahead, sample, sample_weights
 
 
 # --------------------------------------------------------------------------------------------- work buffers
@@ -59,20 +52,21 @@ def split_buffer(buf, V, nb):
 
 # --------------------------------------------------------------------------------------------- logits
 @kernel
-def _draft_prob_positive(y, tok, m, temp, top_k, top_p, min_p, scratch):
+def _draft_prob_positive(y, tok, m, sp, scratch):
     """q(tok) > 0 for a valid draft row y with max m under the processing (temperature > 0)."""
     yv = to_f64(y[tok])
     if yv == m:  # the argmax is kept by every filter and has weight 1
         return True
-    inv_t, thr = row_cutoff(y, m, temp, top_k, top_p, min_p, scratch)
+    inv_t, thr = row_cutoff(y, m, sp, scratch)
     return yv >= thr and fexp((yv - m) * inv_t) > 0.0
 
 
 @kernel
-def validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md, d_known, temp, top_k, top_p, min_p, scratch, stats):
-    """Validate target rows t0.. and draft rows d0.. of a row the decision did not read (draft rows below
-    ``d_known`` were read ahead: their max is ``md[i]``), and check that every drafted token among them has
-    draft probability > 0, so an invalid draft is reported whatever was accepted."""
+def validate_rest(xt, xd, has_draft, toks, nd, rows, md, sp, scratch, stats):
+    """Validate target rows t0.. and draft rows d0.. (``rows = (t0, d0, d_known)``) of a row the decision did
+    not read (draft rows below ``d_known`` were read ahead: their max is ``md[i]``), and check that every drafted
+    token among them has draft probability > 0, so an invalid draft is reported whatever was accepted."""
+    t0, d0, d_known = rows
     for i in range(t0, xt.shape[0]):
         if status(row_max(xt[i])) != ROW_OK:
             stats[BAD_VALUES] = TARGET_ROWS
@@ -82,23 +76,27 @@ def validate_rest(xt, xd, has_draft, toks, nd, t0, d0, md, d_known, temp, top_k,
         if status(m) != ROW_OK:
             stats[BAD_VALUES] = DRAFT_ROWS
             return
-        if has_draft and i < nd and temp > 0.0 and stats[BAD_DRAFT] == 0:
-            if not _draft_prob_positive(xd[i], toks[i], m, temp, top_k, top_p, min_p, scratch):
+        if has_draft and i < nd and sp[0] > 0.0 and stats[BAD_DRAFT] == 0:
+            if not _draft_prob_positive(xd[i], toks[i], m, sp, scratch):
                 stats[BAD_DRAFT] = i + 1
 
 
 @kernel
-def _weights_ahead(x, m, temp, top_k, top_p, min_p, scratch, w, bsum, rows, r0, r1, mx, rows2, s0, s1, mx2):
+def _weights_ahead(x, m, sp, scratch, w, bsum, ahead, ahead2):
     """Processed weights of a valid row (as :func:`fastspec._kernels.process.processed_weights`, total
-    returned) while reading rows[r0:r1] and rows2[s0:s1] ahead, their maxima into mx[r0:r1] and mx2[s0:s1]."""
-    inv_t, thr = row_cutoff(x, m, temp, top_k, top_p, min_p, scratch)
+    returned) while reading ahead ``ahead = (rows, r0, r1, mx)`` and ``ahead2 = (rows2, s0, s1, mx2)``:
+    rows[r0:r1] and rows2[s0:s1], their maxima into mx[r0:r1] and mx2[s0:s1]."""
+    rows, r0, r1, mx = ahead
+    rows2, s0, s1, mx2 = ahead2
+    inv_t, thr = row_cutoff(x, m, sp, scratch)
     return row_weights_ahead(x, m, inv_t, thr, w, bsum, rows[r0:r1], mx[r0:r1], rows2[s0:s1], mx2[s0:s1])
 
 
 @kernel
-def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p, min_p, seed, out, stats, buf):
+def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, sp, seed, out, stats, buf):
     """Verify one row from logits: xt [K+1, V], xd [K, V] (or [0, V] for a one-hot draft), toks [K] (valid ids),
-    nd <= K drafts; writes out [K+1] (-1 beyond the emitted tokens) and stats [N_STATS].
+    nd <= K drafts, sp = (temperature, top_k, top_p, min_p) of the row; writes out [K+1] (PAD beyond the emitted
+    tokens) and stats [N_STATS].
 
     Every row is read for validation exactly once.  Only the first target row is read on its own: each target
     weight pass reads the position's draft row ahead, and the first target and draft weight passes read every
@@ -109,7 +107,7 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
     read (a position's draft row still during its target pass); the others are neither read nor judged."""
     V = xt.shape[1]
     wp, wq, zpb, zqb, bsum, tmp = split_buffer(buf, V, block_count(V))
-    greedy = temp == 0.0
+    greedy = sp[0] == 0.0
     K1 = xt.shape[0]
     Kd = xd.shape[0]
     mt = np.empty(K1)
@@ -139,8 +137,7 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
         two = has_draft and i < nd
         d_next = i + 1 if two and d_known <= i else d_known  # this position's draft row (used next), if unread
         t_end = (K1 if every else min(i + 2, K1)) if check_all else t_known
-        zp = _weights_ahead(x, m, temp, top_k, top_p, min_p, wq, wp, zpb, xt, t_known, max(t_end, t_known), mt, xd,
-                            d_known, d_next, md)
+        zp = _weights_ahead(x, m, sp, wq, wp, zpb, (xt, t_known, max(t_end, t_known), mt), (xd, d_known, d_next, md))
         t_known = max(t_end, t_known)
         d_known = d_next
         if i == nd:  # every draft accepted: bonus token from p_nd
@@ -156,8 +153,7 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
                 return
             d_ok = i + 1
             d_end = (Kd if every else min(i + 2, Kd)) if check_all else d_known
-            zq = _weights_ahead(xd[i], md[i], temp, top_k, top_p, min_p, wq, wq, zqb, xd, d_known,
-                                max(d_end, d_known), md, xd, 0, 0, md)
+            zq = _weights_ahead(xd[i], md[i], sp, wq, wq, zqb, (xd, d_known, max(d_end, d_known), md), (xd, 0, 0, md))
             d_known = max(d_end, d_known)
         qx = wq[tok] / zq if two else 1.0  # one-hot draft: q(x) = 1
         if not qx > 0.0:
@@ -187,7 +183,7 @@ def verify_row_logits(xt, xd, has_draft, check_all, toks, nd, temp, top_k, top_p
         if status(mt[r]) != ROW_OK:
             stats[BAD_VALUES] = TARGET_ROWS
             return
-    validate_rest(xt, xd, has_draft, toks, nd, t_known, d_ok, md, d_known, temp, top_k, top_p, min_p, wq, stats)
+    validate_rest(xt, xd, has_draft, toks, nd, (t_known, d_ok, d_known), md, sp, wq, stats)
 
 
 @kernel
@@ -201,29 +197,27 @@ def row_seed(seeds, derive, b):
 def verify_logits_rows(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, buffers):
     """Rows in parallel: thread chunk c takes rows c, c + n, ... (n = len(buffers)) with work buffer
     buffers[c]; results do not depend on which thread runs a row.  Seeds: see :func:`row_seed`."""
-    temp, top_k, top_p, min_p = params
     B = xt.shape[0]
     n = buffers.shape[0]
     for c in prange(n):
         for b in range(c, B, n):
-            verify_row_logits(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
+            verify_row_logits(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], row_params(params, b),
                               row_seed(seeds, derive, b), out[b], stats[b], buffers[c])
 
 
 @kernel
 def verify_logits_serial(xt, xd, has_draft, check_all, toks, nd, params, seeds, derive, out, stats, buffers):
     """The same, rows one after the other with buffers[0] (no parallel region: lowest latency for few rows)."""
-    temp, top_k, top_p, min_p = params
     for b in range(xt.shape[0]):
-        verify_row_logits(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], temp[b], top_k[b], top_p[b], min_p[b],
+        verify_row_logits(xt[b], xd[b], has_draft, check_all, toks[b], nd[b], row_params(params, b),
                           row_seed(seeds, derive, b), out[b], stats[b], buffers[0])
 
 
 @kernel
-def verify_one_row(xt, xd, has_draft, check_all, toks, temp, top_k, top_p, min_p, seed, buf):
+def verify_one_row(xt, xd, has_draft, check_all, toks, sp, seed, buf):
     """The latency path of :func:`fastspec.verify_logits`: one row (B = 1), every draft used, scalar sampling
-    parameters, one integer seed (as int64 bits), whatever else unchecked but the token ids.  Allocates its
-    outputs here, so one dispatch does the whole call.
+    parameters ``sp = (temperature, top_k, top_p, min_p)``, one integer seed (as int64 bits), whatever else
+    unchecked but the token ids.  Allocates its outputs here, so one dispatch does the whole call.
 
     Returns (tokens int64 [1, K+1], summary int64 [4, 1] = accepted, emitted, underflows, num_draft, ok); ok is
     False for an id outside [0, V), a row with NaN/+inf/no finite logit or a draft with q = 0: the caller then
@@ -231,7 +225,7 @@ def verify_one_row(xt, xd, has_draft, check_all, toks, temp, top_k, top_p, min_p
     derived for row 0."""
     K = xt.shape[1] - 1
     V = xt.shape[2]
-    out = np.full((1, K + 1), -1, np.int64)
+    out = np.full((1, K + 1), PAD, np.int64)
     summary = np.zeros((4, 1), np.int64)
     for i in range(K):
         if toks[0, i] < 0 or toks[0, i] >= V:
@@ -239,10 +233,9 @@ def verify_one_row(xt, xd, has_draft, check_all, toks, temp, top_k, top_p, min_p
     stats = np.zeros(N_STATS, np.int64)
     s = derive_row_seed(seed, 0)
     if has_draft:
-        verify_row_logits(xt[0], xd[0], True, check_all, toks[0], K, temp, top_k, top_p, min_p, s, out[0], stats, buf)
+        verify_row_logits(xt[0], xd[0], True, check_all, toks[0], K, sp, s, out[0], stats, buf)
     else:  # one-hot draft: an empty draft array, as the general path passes
-        verify_row_logits(xt[0], xt[0, 0:0], False, check_all, toks[0], K, temp, top_k, top_p, min_p, s, out[0], stats,
-                          buf)
+        verify_row_logits(xt[0], xt[0, 0:0], False, check_all, toks[0], K, sp, s, out[0], stats, buf)
     summary[0, 0] = stats[ACCEPTED]
     summary[1, 0] = stats[ACCEPTED] + 1
     summary[2, 0] = stats[UNDERFLOWS]

@@ -2,7 +2,7 @@
 
 The rules (node numbering, proposals ``iid`` / ``without_replacement`` / ``deterministic``, random streams)
 are in :mod:`fastspec.tree`.  Candidate-sampling modes are the integer codes of
-:data:`fastspec.methods.CANDIDATE_SAMPLING`.
+:data:`fastspec._kernels.codes.CANDIDATE_CODES`.
 """
 from __future__ import annotations
 
@@ -12,22 +12,13 @@ from .._numba.jit import kernel, parallel_kernel, prange
 from .._numba.lanes import lane_sum
 from .._numba.rng import Stream, candidate_uniform, position_uniform
 from ..config import BLOCK
-from .sample import NO_EXCLUDED, block_count, sample_weights
-
-# candidate-sampling modes (fastspec.methods.CANDIDATE_SAMPLING order)
-IID = 0
-WITHOUT_REPLACEMENT = 1
-DETERMINISTIC = 2
+from .codes import (DETERMINISTIC, NO_EXCLUDED, NONE, OUT_OF_RANGE, REACHED_TWICE, TREE_OK,
+                    UNREACHABLE, WITHOUT_REPLACEMENT)
+from .sample import block_count, sample_weights
 
 # columns of the per-row stats array
 DEPTH = 0  # accepted path length
 UNDERFLOWS = 1
-
-# tree-check codes
-TREE_OK = 0
-OUT_OF_RANGE = 1
-REACHED_TWICE = 2
-UNREACHABLE = 3
 
 
 @kernel
@@ -49,9 +40,12 @@ def _reject(r, g, scale, x, mode):
 
 
 @kernel
-def tree_row(pt, pd, mode, toks, fc, ns, seed, out, path, stats, r, bsum, tmp):
-    """Verify one row's tree: pt, pd [N, V] probabilities per node, toks [N], fc/ns [N] first-child /
-    next-sibling; writes out and path [D+1] and stats [2]; r [V], bsum [nb], tmp [BLOCK]: work arrays."""
+def tree_row(pt, pd, mode, tree, seed, out, path, stats, work):
+    """Verify one row's tree: pt, pd [N, V] probabilities per node, tree = (toks [N], fc [N], ns [N]): the
+    nodes' tokens and first-child / next-sibling links; writes out and path [D+1] and stats [2];
+    work = (r [V], bsum [nb], tmp [BLOCK]): work arrays."""
+    toks, fc, ns = tree
+    r, bsum, tmp = work
     node = 0
     depth = 0
     while True:
@@ -65,7 +59,7 @@ def tree_row(pt, pd, mode, toks, fc, ns, seed, out, path, stats, r, bsum, tmp):
         # draft mass not yet drawn (without replacement): the real row sum, not 1 - used
         rem = lane_sum(pd[node], 0, pd.shape[1]) if mode == WITHOUT_REPLACEMENT else 0.0
         s = 0
-        accepted = -1
+        accepted = NONE
         while child >= 0:
             x = toks[child]
             if mode == DETERMINISTIC:
@@ -111,7 +105,7 @@ def tree_rows(pt, pd, mode, toks, fc, ns, seeds, out, path, stats):
         r = np.empty(V)
         bsum = np.empty(nb)
         tmp = np.empty(BLOCK)
-        tree_row(pt[b], pd[b], mode, toks[b], fc[b], ns[b], seeds[b], out[b], path[b], stats[b], r, bsum, tmp)
+        tree_row(pt[b], pd[b], mode, (toks[b], fc[b], ns[b]), seeds[b], out[b], path[b], stats[b], (r, bsum, tmp))
 
 
 @kernel
@@ -146,7 +140,7 @@ def check_trees(fc, ns, nn, depth_out):
             if not seen[n]:
                 return b, n, UNREACHABLE
         depth_out[b] = maxd
-    return -1, -1, TREE_OK
+    return NONE, NONE, TREE_OK
 
 
 @kernel
@@ -155,8 +149,8 @@ def siblings_from_parent(parent, nn, fc, ns):
     B, N = parent.shape
     for b in range(B):
         for n in range(N):
-            fc[b, n] = -1
-            ns[b, n] = -1
+            fc[b, n] = NONE
+            ns[b, n] = NONE
         for n in range(nn[b] - 1, 0, -1):  # reverse order: prepend, so siblings end in index order
             a = parent[b, n]
             ns[b, n] = fc[b, a]

@@ -9,16 +9,22 @@ Every compiled function in fastspec is decorated with :func:`kernel` (serial) or
   a sum has the same bits whether the kernel was compiled in this process or loaded from the on-disk cache,
   whatever the vector width of the CPU and wherever the code is inlined.  Sums that must vectorize are written
   with explicit lanes (:mod:`fastspec._numba.lanes`): a fixed summation order LLVM may not change.
-* ``cache=True`` with fastspec's own cache class: a cached kernel is stamped with :func:`source_fingerprint`,
-  a hash of every fastspec source file, not with the mtime of the one file that defines it, because kernels
-  inline helpers from other files (an edit to the sampler must invalidate the token kernel too).  Only
-  fastspec's kernels get this class; Numba itself and other libraries' caches are untouched.  The cache
-  directory follows Numba's rules (``NUMBA_CACHE_DIR``, else next to the sources, else the user cache dir);
-  with no writable place at all the kernels simply compile in every process.
+* ``cache=True`` with fastspec's own cache class: a cached kernel is stamped with :func:`kernel_fingerprint`,
+  a hash of the kernel sources (:data:`KERNEL_SOURCES`: ``_kernels/``, ``_numba/`` and ``config.py``, whose
+  constants the kernels read at compile time), not with the one file that defines it, because kernels inline
+  helpers from other files (an edit to the sampler must invalidate the token kernel too).  Editing any other
+  module (a docstring in ``engines/``) recompiles nothing.  The hash is computed on first use (the first cache
+  look-up), not at import.  A kernel defined outside those sources (a benchmark's, a test's) is also stamped with
+  Numba's own stamp of its file.  Only fastspec's kernels get this class; Numba itself and other libraries'
+  caches are untouched.  The cache directory follows Numba's rules (``NUMBA_CACHE_DIR``, else next to the
+  sources, else the user cache dir); with no writable place at all the kernels simply compile in every process.
+* :func:`library_fingerprint` hashes every source file of the package (on demand): the code identity Dask
+  workers are checked against (:mod:`fastspec.distributed`).
 * ``nogil=True`` so services can call kernels from several Python threads; ``error_model="numpy"``.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 
@@ -27,31 +33,88 @@ from numba.core import caching
 
 FASTMATH_FLAGS = frozenset({"nsz"})
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNEL_SOURCES = ("_kernels", "_numba", "config.py")
+"""What the kernels are compiled from, relative to the package: every module a kernel imports at module level
+lies in these (``tests/test_jit.py`` checks it)."""
 
 
-def source_fingerprint() -> str:
-    """Hash of every ``.py`` file of the fastspec package (subpackages included), 16 hex digits.
-
-    The stamp of every cached kernel and the code identity Dask workers are checked against."""
+def _hash_sources(paths) -> str:
+    """16 hex digits of a hash over the ``.py`` files under ``paths`` (files or folders of the package), by
+    their relative path and content."""
     h = hashlib.sha256()
-    for root, dirs, files in os.walk(_PACKAGE_DIR):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(root, name)
-                h.update(os.path.relpath(path, _PACKAGE_DIR).replace(os.sep, "/").encode())
-                with open(path, "rb") as fh:
-                    h.update(fh.read())
+    for top in paths:
+        top = os.path.join(_PACKAGE_DIR, top)
+        if os.path.isfile(top):
+            found = [top]
+        else:
+            found = []
+            for root, dirs, files in os.walk(top):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                found += [os.path.join(root, name) for name in sorted(files) if name.endswith(".py")]
+        for path in found:
+            h.update(os.path.relpath(path, _PACKAGE_DIR).replace(os.sep, "/").encode())
+            with open(path, "rb") as fh:
+                h.update(fh.read())
     return h.hexdigest()[:16]
 
 
-SOURCE_FINGERPRINT = source_fingerprint()
+@functools.cache
+def kernel_fingerprint() -> str:
+    """Hash of the kernel sources (:data:`KERNEL_SOURCES`), 16 hex digits: the stamp of every cached kernel.
+    Computed once per process, on first use."""
+    return _hash_sources(KERNEL_SOURCES)
+
+
+@functools.cache
+def library_fingerprint() -> str:
+    """Hash of every ``.py`` file of the fastspec package (subpackages included), 16 hex digits: the code identity
+    Dask workers are checked against.  Computed once per process, on demand."""
+    return _hash_sources([""])
+
+
+def _is_kernel_source(path) -> bool:
+    rel = os.path.relpath(os.path.abspath(path), _PACKAGE_DIR).replace(os.sep, "/")
+    return any(rel == top or rel.startswith(top + "/") for top in KERNEL_SOURCES)
+
+
+class _LazyStamp:
+    """A cache index's source stamp, computed when Numba first compares or writes it (the first call of a kernel),
+    not when the kernel is defined.  Written to the index as the plain tuple
+    ``("fastspec-kernels", kernel_fingerprint()[, Numba's stamp of the defining file])``."""
+
+    __slots__ = ("_own", "_value")
+
+    def __init__(self, own=None):
+        self._own = own  # None, or Numba's stamp of a file outside the kernel sources (a callable)
+        self._value = None
+
+    def value(self) -> tuple:
+        if self._value is None:
+            self._value = ("fastspec-kernels", kernel_fingerprint()) + (() if self._own is None else (self._own(),))
+        return self._value
+
+    def __eq__(self, other):
+        return self.value() == (other.value() if isinstance(other, _LazyStamp) else other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self.value())
+
+    def __reduce__(self):
+        return tuple, (self.value(),)
+
+    def __repr__(self):
+        return repr(self.value())
 
 
 def _stamped(parent):
     class _Stamped(parent):
         def get_source_stamp(self):
-            return ("fastspec-sources", SOURCE_FINGERPRINT)
+            if _is_kernel_source(self._py_file):
+                return _LazyStamp()
+            return _LazyStamp(functools.partial(parent.get_source_stamp, self))
 
     _Stamped.__name__ = _Stamped.__qualname__ = f"Fastspec{parent.__name__}"
     return _Stamped

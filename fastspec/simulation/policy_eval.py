@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._kernels.codes import RULE_FIXED, RULE_SPECDEC, RULE_THRESHOLD
 from .._kernels.policy import N_P, P_ACCEPTED, P_DRAFTED, P_STEPS, policy_dp, policy_mc
 from ..errors import InvalidInput, InvalidType
 from ..policies import Policy, parse_policy
@@ -229,13 +230,13 @@ def check_policy_dump(d, draft: str, policy: Policy, *, flag: str = "--policy") 
 def _codes(policy: Policy):
     """(rule, on_token, theta, h, k0, heuristic, tune) of the kernels."""
     if policy.kind == "fixed":
-        return 0, True, 0.0, 0.0, policy.k, False, False
+        return RULE_FIXED, True, 0.0, 0.0, policy.k, False, False
     if policy.kind == "conf":
-        return 1, policy.on == "token", policy.theta, 0.0, policy.kmax, False, False
+        return RULE_THRESHOLD, policy.on == "token", policy.theta, 0.0, policy.kmax, False, False
     if policy.kind == "specdec":
-        return 2, policy.on == "token", 0.0, policy.h, policy.kmax, False, False
+        return RULE_SPECDEC, policy.on == "token", 0.0, policy.h, policy.kmax, False, False
     heur = policy.schedule != "constant"
-    rule = 1 if policy.theta > 0 else 0
+    rule = RULE_THRESHOLD if policy.theta > 0 else RULE_FIXED
     return rule, True, policy.theta, 0.0, policy.k, heur, policy.tune == "roc" and policy.theta > 0
 
 
@@ -244,7 +245,7 @@ def needed_thetas(policy: Policy, method: str = "auto") -> list[float]:
     if _method(policy, method) != "exact":
         return []
     rule, on_token, theta, h, *_ = _codes(policy)
-    return [theta] if rule == 1 and on_token and h == 0.0 else []
+    return [theta] if rule == RULE_THRESHOLD and on_token and h == 0.0 else []
 
 
 def _method(policy, method):
@@ -286,7 +287,7 @@ def evaluate_features(f: PolicyFeatures, policy, *, method: str = "auto", batche
     hall = np.zeros((N, width))
     mc_ci = mc_se = None
     if how == "exact":
-        if rule == 0:
+        if rule == RULE_FIXED:
             c, g = f.alpha, np.ones_like(f.alpha)
         elif on_token and h == 0.0:
             if theta not in f.c:
@@ -297,8 +298,8 @@ def evaluate_features(f: PolicyFeatures, policy, *, method: str = "auto", batche
             c = f.alpha * g
         for n in range(N):
             L = int(f.lengths[n])
-            policy_dp(f.alpha[n], c[n], g[n], f.qmax[n], h if rule == 2 else 0.0, L, k0, heur, tot[n], hist[n],
-                      hall[n])
+            policy_dp(f.alpha[n], c[n], g[n], f.qmax[n], h if rule == RULE_SPECDEC else 0.0, L, k0, heur, tot[n],
+                      hist[n], hall[n])
             if progress is not None:
                 progress(1)
         label = "exact DP"
@@ -312,7 +313,7 @@ def evaluate_features(f: PolicyFeatures, policy, *, method: str = "auto", batche
             L = int(f.lengths[n])
             if not carry:
                 cap[:] = 0
-            policy_mc(f.qx[n], f.acc[n], f.qmax[n], L, rule, on_token, theta, h, k0, heur, tune, tot[n], hist[n],
+            policy_mc(f.qx[n], f.acc[n], f.qmax[n], L, (rule, on_token, theta, h, k0, heur, tune), tot[n], hist[n],
                       hall[n], per_trial[n], cap)
             if progress is not None:
                 progress(1)

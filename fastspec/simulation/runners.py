@@ -13,6 +13,7 @@ import numba
 import numpy as np
 
 from .._kernels import replay as R
+from .._kernels.codes import PAD
 from .._kernels.process import sample_rows
 from ..config import (AGREEMENT_FALSE_ALARM, REPLAY_BLOCK_WORK, REPLAY_SCRATCH_BYTES, TOKEN_REPLAY_CHUNK_BYTES,
                       TOKEN_REPLAY_LANES, TOKEN_REPLAY_ROWS)
@@ -166,7 +167,7 @@ class _TokenReplay:
             else:
                 u = R.position_draft_uniforms(self.seed, gid, trial, starts, kmax)
             x = _draft_tokens(draft_rows.reshape(-1, draft_rows.shape[-1]), u.reshape(-1), self.sp)
-        x = np.where(offs[None, :kmax] < kr[:, None], x.reshape(len(seq), kmax), -1)
+        x = np.where(offs[None, :kmax] < kr[:, None], x.reshape(len(seq), kmax), PAD)
         sp = self.sp
         res = self.verify_logits(target_rows, None if self.argmax else draft_rows, x, num_draft=kr,
                                  temperature=sp.temperature,
