@@ -68,10 +68,10 @@ def prediction_over_prompts(dump, drafts: Sequence[str], ks: Sequence[int], *, t
     Sampling parameters default to the dump's recorded ones.  Dense dumps only: a sparse dump has only bounds,
     and gives ``{}``."""
     from ..acceptance import dump_acceptance, expected_tokens_per_step
-    from ..io import load_dump
+    from ..io import open_dump
 
     out = {}
-    with load_dump(dump) as d:
+    with open_dump(dump) as d:
         if d.kind != "dense":
             return out
         accs = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
@@ -234,7 +234,7 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
 
 def _predict_policies(out: Prediction, dump, drafts, policies, sampling, trials, seed, *, priced: bool) -> None:
     """Fill ``out.policies`` (and ``out.policy_costs``) with every (model draft, policy)'s estimate."""
-    from ..io import load_dump
+    from ..io import open_dump
     from ..policies import parse_policies
     from ..simulation.policy_eval import DEFAULT_POLICY_TRIALS, evaluate_policy
 
@@ -248,7 +248,7 @@ def _predict_policies(out: Prediction, dump, drafts, policies, sampling, trials,
     if priced:
         out.policy_costs = out.costs
         if out.policy_costs is None:
-            with load_dump(dump) as d:
+            with open_dump(dump) as d:
                 out.policy_costs = d.costs
     given = {k: v for k, v in sampling.items() if v is not None}
     for draft in drafts:

@@ -62,16 +62,17 @@ class Chunk:
 
 class DumpBase:
     """The dump protocol: what every consumer (the simulator, ``fastspec inspect``, the analyses) may read of
-    :class:`Dump` and :class:`fastspec.shards.ShardedDump`, and what they share.
+    :class:`Dump`, :class:`fastspec.io.shards.ShardedDump` and :class:`fastspec.io.llamacpp.LlamaCppDump`, and
+    what they share (:func:`fastspec.io.open_dump` opens any of them).
 
     Fields: ``path``, ``kind`` ("dense" or "sparse"), ``drafts`` (names), ``N``, ``T``, ``V``, ``k`` (sparse
     widths), ``lengths`` [N], ``tokens`` [N, T] or None, ``prompt_tokens`` [N, P] / ``prompt_lengths`` [N] or
     None, ``costs`` (a recorded :class:`fastspec.costs.CostTable` or None), ``costs_differ`` (True when parts of
     the dump recorded different tables), ``metadata``, ``arrays`` and ``size_on_disk``.  Methods:
-    :meth:`acceptance` (alpha of every valid position), ``iter_chunks``, :meth:`select_drafts`, ``describe``,
-    ``array_name`` and :meth:`close` (and use as a context manager).  Consumers read these directly: a field a
-    kind of dump lacks has its default here (None / False), never a probe.  A new kind of dump subclasses this
-    and overrides what differs (e.g. :meth:`acceptance` computed on a cluster).
+    ``iter_chunks``, :meth:`select_drafts`, ``describe``, ``array_name`` and :meth:`close` (and use as a context
+    manager).  Consumers read these directly: a field a kind of dump lacks has its default here (None / False),
+    never a probe.  A new kind of dump subclasses this and overrides what differs.  The format computes nothing:
+    the analyses read it (alpha of every valid position: :func:`fastspec.acceptance.dump_acceptance`).
 
     Subclasses set ``path``, ``kind``, ``drafts``, ``T``, ``rank3`` and provide ``arrays`` and ``array_name``.
     """
@@ -86,17 +87,6 @@ class DumpBase:
     sampled_logprobs = MappingProxyType({})
     #: the parsed ``provenance`` JSON object (where the numbers came from), or None
     provenance = None
-
-    def acceptance(self, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None, max_bytes=None,
-                   verify_integrity: bool | None = None, progress=None, sampling=None) -> dict:
-        """alpha at every valid position, per draft: :func:`fastspec.acceptance.dump_acceptance` of this dump
-        (same arguments; ``sampling``: an already resolved :class:`fastspec.params.SamplingParams` instead of the
-        settings one by one)."""
-        from ..acceptance import dump_acceptance
-
-        return dump_acceptance(self, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=drafts,
-                               max_bytes=max_bytes, verify_integrity=verify_integrity, progress=progress,
-                               sampling=sampling)
 
     def select_drafts(self, drafts=None) -> tuple:
         """The draft names to read: all (``None``) or the given ones (a name or a sequence of names), each of which

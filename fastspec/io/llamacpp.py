@@ -69,8 +69,8 @@ named by a small JSON manifest (first non-blank byte ``{``), paths relative to t
     {"target": "f16.kld", "drafts": {"q4": "q4_0.kld", "small": "1b.kld"}}
 
 Each draft file must be ``llama-perplexity --kl-divergence-base`` of the draft model over the same text with the same
-``-c`` (same ``n_ctx``, ``n_chunk``, ``n_vocab`` and tokens, checked).  :func:`fastspec.io.load_dump` and
-:func:`fastspec.load_any` route both to :func:`load_llamacpp`.
+``-c`` (same ``n_ctx``, ``n_chunk``, ``n_vocab`` and tokens, checked).  :func:`fastspec.open_dump` routes both
+to :func:`load_llamacpp`.
 """
 from __future__ import annotations
 
