@@ -8,7 +8,7 @@ or to optional extras (``fastspec.hf`` needs torch; it is not imported here).  T
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from . import exact, ngram
 from ._numba.rng import row_seeds

@@ -26,6 +26,7 @@ import threading
 import uuid
 
 from ._numba.jit import SOURCE_FINGERPRINT
+from ._version import __version__
 from .errors import ClusterError, DumpFormatError, DumpNotFound
 from .io.dump import load_dump
 
@@ -99,10 +100,8 @@ def alpha_task(compute, path: str, params: dict, threads, expect) -> dict:
 
     import numba
 
-    import fastspec
-
     n_threads, worker = _task_threads(threads, socket.gethostname())
-    out = {"error": None, "not_found": False, "arrays": None, "version": fastspec.__version__,
+    out = {"error": None, "not_found": False, "arrays": None, "version": __version__,
            "code": SOURCE_FINGERPRINT, "worker": worker, "threads": n_threads or numba.get_num_threads(),
            "cpu": _cpu_name()}
     with _KERNEL_LOCK if threads is not None else contextlib.nullcontext():
@@ -133,11 +132,9 @@ def check_part(part: dict, i: int, S: int) -> None:
     see the file), or code that differs from this process' (ClusterError)."""
     if part["error"] is not None:
         raise (DumpNotFound if part.get("not_found") else DumpFormatError)(f"shard {i} of {S}: {part['error']}")
-    import fastspec
-
-    if part["version"] != fastspec.__version__ or part["code"] != SOURCE_FINGERPRINT:
+    if part["version"] != __version__ or part["code"] != SOURCE_FINGERPRINT:
         raise ClusterError(f"shard {i} of {S}: worker {part['worker']} runs fastspec {part['version']} (sources "
-                           f"{part['code']}), this process {fastspec.__version__} ({SOURCE_FINGERPRINT}); install "
+                           f"{part['code']}), this process {__version__} ({SOURCE_FINGERPRINT}); install "
                            "the same fastspec everywhere (and restart workers after upgrading)")
 
 
