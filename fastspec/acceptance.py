@@ -257,9 +257,11 @@ def _given_or_resolved(dump, sampling, temperature, top_k, top_p, min_p) -> Samp
     if sampling is None:
         return resolve_sampling(dump, temperature, top_k, top_p, min_p)
     if not isinstance(sampling, SamplingParams):
-        raise InvalidType(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}")
+        raise InvalidType(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}",
+                          argument="sampling")
     if any(v is not None for v in (temperature, top_k, top_p, min_p)):
-        raise InvalidInput("give the sampling settings either as sampling= or one by one, not both")
+        raise InvalidInput("give the sampling settings either as sampling= or one by one, not both",
+                           argument="sampling")
     return sampling
 
 
@@ -458,10 +460,11 @@ def _check_ks(ks) -> tuple[int, ...]:
     except TypeError:
         ks = ()
     if not ks:
-        raise InvalidInput(f"ks must be a draft length or a non-empty sequence of them, got {shown(ks_given)}")
+        raise InvalidInput(f"ks must be a draft length or a non-empty sequence of them, got {shown(ks_given)}",
+                           argument="ks")
     out = tuple(check_k(k, "ks") for k in ks)
     if len(set(out)) != len(out):
-        raise InvalidInput(f"ks must not repeat a draft length, got {list(out)}")
+        raise InvalidInput(f"ks must not repeat a draft length, got {list(out)}", argument="ks")
     return out
 
 

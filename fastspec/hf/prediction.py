@@ -183,7 +183,7 @@ def _cost_table(costs, ngram: Mapping):
     name for it (``ngramMIN-MAX``), so that a draft named otherwise (``look=ngram:2-3``) is priced by its own
     measured call."""
     from ..costs import CostTable
-    from ..simulation.ngram import ngram_name
+    from ..ngram import ngram_name
 
     obj = CostTable.of(costs).as_dict()
     for name, p in ngram.items():
@@ -205,7 +205,7 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
     draft by :func:`fastspec.simulation.policy_eval.evaluate_policy` (``trials`` Monte-Carlo replays where it is
     not exact, ``seed``; :meth:`Prediction.policy_figures`); a sparse dump gives a note instead."""
     from ..simulation import simulate
-    from ..simulation.ngram import ngram_name
+    from ..ngram import ngram_name
 
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     drafts = list(drafts)

@@ -94,9 +94,11 @@ class DumpBase:
         names = self.drafts if drafts is None else (drafts,) if isinstance(drafts, str) else tuple(drafts)
         for i, n in enumerate(names):
             if n not in self.drafts:
-                raise InvalidInput(f"{self.path}: no draft named {n!r}; the dump holds {', '.join(self.drafts)}")
+                raise InvalidInput(f"{self.path}: no draft named {n!r}; the dump holds {', '.join(self.drafts)}",
+                                   argument="drafts")
             if n in names[:i]:
-                raise InvalidInput(f"{self.path}: draft {n!r} is selected twice; name each draft once")
+                raise InvalidInput(f"{self.path}: draft {n!r} is selected twice; name each draft once",
+                                   argument="drafts")
         return names
 
     def chunk_rows(self, drafts, max_bytes: int) -> int:
@@ -167,12 +169,12 @@ class Dump(DumpBase):
         """A dump of in-memory ``arrays`` (named as in a file), with the structure checks of :func:`load_dump`
         (messages name ``path``); :meth:`validate` checks the values."""
         if not isinstance(arrays, Mapping):
-            raise InvalidType(f"arrays must be a mapping name -> array, got {type(arrays).__name__}")
+            raise InvalidType(f"arrays must be a mapping name -> array, got {type(arrays).__name__}", argument="arrays")
         sources = {}
         for name, a in arrays.items():
             a = np.asarray(a)
             if a.dtype.hasobject:
-                raise InvalidType(f"array {name!r}: object arrays are refused; give numeric arrays")
+                raise InvalidType(f"array {name!r}: object arrays are refused; give numeric arrays", argument="arrays")
             sources[name] = MemorySource(name, a)
         return cls(path, sources)
 
@@ -322,7 +324,7 @@ def load_dump(path, *, validate: bool = False, max_bytes: int = DEFAULT_CHUNK_BY
     try:
         path = os.fspath(path)
     except TypeError:
-        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}", argument="path") from None
     if validate:
         check_max_bytes(max_bytes)
     sources, zf = open_sources(path)

@@ -98,10 +98,10 @@ def list_shards(path, *, strict: bool = True) -> list[str]:
     if not os.path.isdir(path):
         if not os.path.exists(path):
             raise DumpNotFound(f"{path}: no such file or directory")
-        raise InvalidInput(f"{path}: not a directory of shards")
+        raise InvalidInput(f"{path}: not a directory of shards", argument="path")
     if _has_npy(path):
         raise InvalidInput(f"{path}: holds .npy files, so it is one dump (directory of .npy), not a directory of "
-                           "shards")
+                           "shards", argument="path")
     out, refused = _scan(path)
     if refused:
         raise DumpFormatError(f"{path}: entry {refused[0]}; a shard set holds .npz files and directories of .npy "
@@ -182,7 +182,7 @@ class ShardedDump(DumpBase):
         else:
             paths = [os.fspath(p) for p in source]
             if not paths:
-                raise InvalidInput("ShardedDump: give at least one shard")
+                raise InvalidInput("ShardedDump: give at least one shard", argument="source")
             self.path = os.path.dirname(paths[0]) if len(paths) > 1 else paths[0]
         self.client = client
         self.threads_per_worker = None if threads_per_worker is None else check_int("threads_per_worker",

@@ -67,7 +67,8 @@ from .argmax import argmax_acceptance
 from .policy_eval import PolicyEstimate, evaluate_policy
 from .policy_rows import POLICY_ASSUMPTION, check_policy_drafts, policy_rows
 from .policy_search import PolicySearch, search_policies
-from .ngram import NGRAM_ASSUMPTION, NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
+from ..ngram import NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
+from .ngram import NGRAM_ASSUMPTION
 from .results import (ARGMAX_ASSUMPTION, ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
                       SimulationResult, sampling_warnings)
 from .speedup import FlagPricing, TablePricing, best_overall, best_per_draft, verdict
