@@ -3,7 +3,7 @@
     python benchmarks/bench_dask.py [--gb 2.1] [--shards 8] [--vocab 32000] [--repeats 3] [--dir /tmp] [--keep]
 
 Writes a sharded dump (target + one draft, float16, directory-of-.npy shards) of about ``--gb`` GB under
-``--dir`` (deleted afterwards unless ``--keep``), then times ``ShardedDump.acceptance()`` (temperature 1, no
+``--dir`` (deleted afterwards unless ``--keep``), then times ``dump_acceptance(ShardedDump(...))`` (temperature 1, no
 filters: the fused kernel) three ways, interleaved round-robin, medians of ``--repeats`` after one warm-up
 round: in this process (Numba on every core), on a LocalCluster with 1 worker process (Numba threads = cores)
 and with 2 worker processes (Numba threads = cores // 2 each).  Every result is compared bitwise with
@@ -30,7 +30,8 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from fastspec.shards import ShardedDump  # noqa: E402
+from fastspec.acceptance import dump_acceptance  # noqa: E402
+from fastspec.io.shards import ShardedDump  # noqa: E402
 
 
 def write_dump(root, gb, shards, V, T=256, seed=0):
@@ -76,7 +77,7 @@ def main():
         N, T, nbytes = write_dump(root, args.gb, args.shards, args.vocab)
         print(f"dump: {root}  {args.shards} shards, N={N} T={T} V={args.vocab} float16 target+draft, "
               f"{nbytes / 1e9:.2f} GB of logits (written in {time.perf_counter() - t0:.0f} s)")
-        ref = ShardedDump(root).acceptance()["draft"].alpha  # also compiles / loads the Numba cache
+        ref = dump_acceptance(ShardedDump(root))["draft"].alpha  # also compiles / loads the Numba cache
         runs = {"single process": ShardedDump(root)}
         for workers in (1, 2):
             with warnings.catch_warnings():
@@ -92,7 +93,7 @@ def main():
         for rnd in range(args.repeats + 1):  # round 0: warm-up (worker imports, page cache), not counted
             for name, s in runs.items():
                 t1 = time.perf_counter()
-                a = s.acceptance()["draft"].alpha
+                a = dump_acceptance(s)["draft"].alpha
                 dt = time.perf_counter() - t1
                 equal[name] &= a.tobytes() == ref.tobytes()
                 maxdiff[name] = max(maxdiff[name], float(np.abs(a - ref).max()))

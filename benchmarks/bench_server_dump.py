@@ -5,7 +5,7 @@
 
 Starts one vLLM OpenAI-compatible server per model (``python -m vllm.entrypoints.openai.api_server``, float32,
 ``--max-logprobs 20``, 127.0.0.1, free ports), waits until both answer, times
-:func:`fastspec.io.servers.dump_from_servers` (sample on the target, teacher-forced top-20 on both), stops the
+:func:`fastspec.server_dump.dump_from_servers` (sample on the target, teacher-forced top-20 on both), stops the
 servers, then times :func:`fastspec.hf.dump_logits` (sparse top-20, ``costs=False``) on the same prompts with the
 models already loaded.  Prints both throughputs in generated tokens per second (continuation tokens / wall time,
 every model's rows included) and their ratio.  Server start-up and model loading are excluded from both.  Not a
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from fastspec.engines.vllm import serve
-from fastspec.io.servers import dump_from_servers
+from fastspec.server_dump import dump_from_servers
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ def engine_drafts(specs: Sequence[str]):
     ``draft_model``) or vLLM's n-gram rule (``ngram.vllm``, ``ngram.vllmN``, ``ngram.vllmMIN-MAX``); anything vLLM
     cannot run (a .gguf file, exitL, fastspec's or Hugging Face's n-gram rules) is refused by name."""
     from fastspec.engines.compare import EngineDraft
-    from fastspec.simulation.ngram import ngram_name, parse_ngram_draft
+    from fastspec.ngram import ngram_name, parse_ngram_draft
 
     out, seen = [], set()
     for raw in specs:

@@ -2,7 +2,6 @@
 simulation, rendered after it (table, JSON, plot)."""
 from __future__ import annotations
 
-import os
 
 import typer
 from rich.table import Table
@@ -29,13 +28,10 @@ def _dump_costs(dump: str):
     """(whether the dump opened, its recorded cost table or None); a dump that does not open is the simulation's
     to report, with its own message."""
     try:
-        if os.path.isdir(dump):
-            from fastspec.shards import load_any
+        from fastspec.io import open_dump
 
-            return True, load_any(dump).costs
-        from fastspec.io import load_dump
-
-        return True, load_dump(dump).costs
+        with open_dump(dump) as d:
+            return True, d.costs
     except Exception:  # noqa: BLE001 - any failure is the simulation's to report
         return False, None
 

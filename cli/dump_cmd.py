@@ -101,9 +101,9 @@ def dump_command(
         finally:
             stop()
             cstop()
-    from fastspec.io import load_dump
+    from fastspec.io import open_dump
 
-    with load_dump(out) as d:
+    with open_dump(out) as d:
         info = d.describe()
     if as_json:
         print_json(info)

@@ -1,5 +1,5 @@
 """``fastspec dump-server``: a sparse dump from running inference servers (vLLM's OpenAI-compatible server or
-SGLang), for models too big to run here (:func:`fastspec.io.servers.dump_from_servers`)."""
+SGLang), for models too big to run here (:func:`fastspec.server_dump.dump_from_servers`)."""
 from __future__ import annotations
 
 import json
@@ -95,7 +95,8 @@ def dump_server_command(
 ) -> None:
     """Sample continuations on the target server, score them teacher-forced on every server, write a sparse dump
     (resumable: rerun the same command after an interruption)."""
-    from fastspec.io.servers import check_url, dump_from_servers
+    from fastspec.io.servers import check_url
+    from fastspec.server_dump import dump_from_servers
 
     if engine not in ("vllm", "sglang"):
         fail(f"--engine {engine}: use vllm or sglang")

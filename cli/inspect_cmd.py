@@ -39,13 +39,13 @@ def inspect_command(
 ) -> None:
     """Show the arrays, shapes and drafts of a dump, and each draft's acceptance rate α."""
     from fastspec.acceptance import inspect_dump
-    from fastspec.shards import load_any  # a dump, or a directory of shards (fastspec.shards)
+    from fastspec.io import open_dump  # a dump, a directory of shards, a llama.cpp file
 
     ks = parse_k(k)
     given = check_sampling(temperature, top_k, top_p, min_p)
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
-    with open_scheduler(scheduler) as client, load_any(dump, client=client, verify_integrity=integrity) as d:
+    with open_scheduler(scheduler) as client, open_dump(dump, client=client, verify_integrity=integrity) as d:
         report = inspect_dump(d, ks, progress=_alpha_pass_progress(d.size_on_disk), **given)
     out = report.as_dict()
     if as_json:

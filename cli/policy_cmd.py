@@ -92,9 +92,9 @@ def policy_search_command(
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
     if table is None:
-        from fastspec.io import load_dump
+        from fastspec.io import open_dump
 
-        with load_dump(dump) as d:
+        with open_dump(dump) as d:
             if d.costs is None:
                 fail(f"--costs: {dump} records no cost table and none was given; the search needs one: measure it "
                      "with `fastspec cost --out FILE` and pass --costs FILE")

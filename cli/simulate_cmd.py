@@ -124,7 +124,7 @@ def simulate_command(
         with option_errors("--costs"):
             table = CostTable.from_file(costs)
     if draft:
-        from fastspec.simulation.ngram import parse_ngram_draft
+        from fastspec.ngram import parse_ngram_draft
 
         for name in draft:
             with option_errors("--draft"):

@@ -8,7 +8,7 @@ or to optional extras (``fastspec.hf`` needs torch; it is not imported here).  T
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from . import exact, ngram
 from ._numba.rng import row_seeds
@@ -19,11 +19,10 @@ from .candidates import (TreeVerifyResult, candidate_acceptance, parent_from_sib
 from .audit import AuditResult, OutputAudit, audit_output
 from .errors import (ClusterError, DumpFormatError, DumpNotFound, FastspecError, InvalidInput, InvalidType,
                      MissingExtra)
-from .io import Dump, load_dump, save_dump
+from .io import Dump, ShardedDump, load_dump, open_dump, save_dump
 from .ngram import NgramProposer
 from .params import SamplingParams
 from .processing import probabilities, sample_tokens
-from .shards import ShardedDump, load_any
 from .verify import VerifyResult, verify_logits, verify_probs
 from . import simulation  # noqa: E402
 from .simulation import DraftKResult, SimulateConfig, SimulationResult
@@ -40,7 +39,7 @@ __all__ = [
     "acceptance_rates", "acceptance_bounds", "dump_acceptance", "DraftAcceptance", "expected_tokens_per_step",
     "SpecStats", "expected_tokens_closed_form", "expected_speedup", "optimal_k",
     # dumps and simulation
-    "load_dump", "save_dump", "Dump", "ShardedDump", "load_any", "simulate", "simulation", "SimulateConfig",
+    "open_dump", "load_dump", "save_dump", "Dump", "ShardedDump", "simulate", "simulation", "SimulateConfig",
     "SimulationResult", "DraftKResult",
     # auditing an engine's output (same distribution as the target's)
     "audit_output", "OutputAudit", "AuditResult",

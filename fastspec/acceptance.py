@@ -45,7 +45,12 @@ from ._kernels.codes import PAD
 from ._kernels.known import known_bounds_rows
 from .analysis import (SpecStats, alpha_summary, check_k, expected_speedup, expected_tokens_closed_form,
                        expected_tokens_per_step, optimal_k)
+from . import distributed
+from .config import DEFAULT_CHUNK_BYTES
 from .errors import DumpFormatError, InvalidInput, InvalidType, shown
+from .io.dump import DumpBase, check_max_bytes
+from .io.opener import open_dump
+from .io.shards import ShardedDump
 from .params import SamplingParams, per_row
 from .processing import kernel_view, logits_array
 
@@ -253,20 +258,24 @@ def _given_or_resolved(dump, sampling, temperature, top_k, top_p, min_p) -> Samp
     if sampling is None:
         return resolve_sampling(dump, temperature, top_k, top_p, min_p)
     if not isinstance(sampling, SamplingParams):
-        raise InvalidType(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}")
+        raise InvalidType(f"sampling must be a SamplingParams or None, got {type(sampling).__name__}",
+                          argument="sampling")
     if any(v is not None for v in (temperature, top_k, top_p, min_p)):
-        raise InvalidInput("give the sampling settings either as sampling= or one by one, not both")
+        raise InvalidInput("give the sampling settings either as sampling= or one by one, not both",
+                           argument="sampling")
     return sampling
 
 
 def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None,
                     max_bytes=None, verify_integrity: bool | None = None,
                     progress: Callable[[int], None] | None = None,
-                    sampling: SamplingParams | None = None, beyond_topk: bool = True) -> dict[str, DraftAcceptance]:
+                    sampling: SamplingParams | None = None, beyond_topk: bool = True,
+                    client=None) -> dict[str, DraftAcceptance]:
     """alpha at every valid position of a dump, per draft, reading ``max_bytes`` per array at a time.
 
-    ``dump``: a :class:`fastspec.io.Dump` or a path.  Sampling settings default to the dump's recorded metadata
-    (:func:`resolve_sampling`); ``sampling``: a configuration already resolved for this dump (by
+    ``dump``: an open dump (:func:`fastspec.open_dump`: a :class:`fastspec.io.Dump`, a shard set, a llama.cpp file)
+    or a path (opened with :func:`fastspec.open_dump` and closed here).  Sampling settings default to the dump's
+    recorded metadata (:func:`resolve_sampling`); ``sampling``: a configuration already resolved for this dump (by
     :func:`resolve_sampling`) instead of the settings one by one.  Dense dumps give exact alpha; sparse dumps give
     the [lower, upper] interval, using what the dump knows beyond the top-k lists (extra known ids, the recorded
     token's logprob: module docstring) unless ``beyond_topk=False`` (the plain top-k interval).
@@ -274,55 +283,109 @@ def dump_acceptance(dump, *, temperature=None, top_k=None, top_p=None, min_p=Non
     selected drafts'), as they are read; default: the dump's setting (True for a path).
     ``progress(n)``: called after each chunk with the n positions (rows of the N x T grid) it covered; they add
     up to N T.  Extra memory: one chunk per array plus O(N T) float64 outputs per draft.
-    """
-    from .config import DEFAULT_CHUNK_BYTES
-    from .io import load_dump
-    from .io.dump import DumpBase, check_max_bytes
 
-    max_bytes = DEFAULT_CHUNK_BYTES if max_bytes is None else check_max_bytes(max_bytes)
-    own = not isinstance(dump, DumpBase)
-    d = load_dump(dump, verify_integrity=True if verify_integrity is None else verify_integrity) if own else dump
-    try:
-        sp = _given_or_resolved(d, sampling, temperature, top_k, top_p, min_p)
-        names = d.select_drafts(drafts)
-        N, T = d.N, d.T
-        valid2 = np.arange(T)[None, :] < d.lengths[:, None]
-        dense = d.kind == "dense"
-        res = {n: (DraftAcceptance(n, valid2, alpha=np.zeros((N, T))) if dense else
-                   DraftAcceptance(n, valid2, lower=np.zeros((N, T)), upper=np.zeros((N, T)))) for n in names}
-        for ch in d.iter_chunks(drafts=names, max_bytes=max_bytes, validate=not dense,
-                                verify_integrity=verify_integrity):
-            valid = np.ascontiguousarray(ch.valid)
-            params = sp.rows(ch.stop - ch.start)
-            for n in names:
-                if dense:
-                    out, status = _alpha(kernel_view(ch.target), kernel_view(ch.drafts[n]), params, valid)
-                    if status.any():
-                        i = int(np.flatnonzero(status)[0])
-                        s = int(status[i])
-                        arr = d.array_name("target", "logits") if s <= DRAFT_STATUS else d.array_name(n, "logits")
-                        raise DumpFormatError(f"{d.path}: array {arr!r}: row {d.where(ch.start + i)} "
-                                              f"{_WHAT[_row_status(s)]}; logits must be finite or -inf")
-                    res[n].alpha.reshape(-1)[ch.start:ch.stop] = out
-                else:
-                    lo, hi = _bounds(ch.target[0], ch.target[1], ch.drafts[n][0], ch.drafts[n][1], valid,
-                                     sp.temperature == 0.0)
-                    if beyond_topk and sp.temperature != 0.0 and any(
-                            r in ch.extras or r in d.sampled_logprobs for r in ("target", n)):
-                        tok = None if d.tokens is None else d.tokens.reshape(-1)[ch.start:ch.stop]
-                        known = [_known_rows(top, ch.extras.get(r), tok,
-                                             d.sampled_logprobs[r].reshape(-1)[ch.start:ch.stop]
-                                             if r in d.sampled_logprobs else None)
-                                 for r, top in (("target", ch.target), (n, ch.drafts[n]))]
-                        lo, hi = _tighter(lo, hi, known[0], known[1], valid)
-                    res[n].lower.reshape(-1)[ch.start:ch.stop] = lo
-                    res[n].upper.reshape(-1)[ch.start:ch.stop] = hi
+    A shard set (:class:`fastspec.io.shards.ShardedDump`) is processed shard by shard, each shard's numbers bitwise
+    those of the merged dump, assembled in shard order; with a Dask ``client`` (default: the one the set was opened
+    with) each shard is one task on the cluster (:mod:`fastspec.distributed`), and ``progress`` is called once, when
+    the run is done.  How the pass ran is left in the set's ``last_run``.
+    """
+    if not isinstance(dump, DumpBase):
+        with open_dump(dump, client=client, verify_integrity=True if verify_integrity is None else verify_integrity
+                       ) as d:
+            return dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=drafts,
+                                   max_bytes=max_bytes, verify_integrity=verify_integrity, progress=progress,
+                                   sampling=sampling, beyond_topk=beyond_topk)
+    if isinstance(dump, ShardedDump):
+        return _shard_set_acceptance(dump, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                     drafts=drafts, max_bytes=max_bytes, verify_integrity=verify_integrity,
+                                     progress=progress, sampling=sampling, beyond_topk=beyond_topk, client=client)
+    if client is not None:
+        raise InvalidInput(f"{dump.path}: client= runs the pass of a shard set; open the dump with "
+                           "fastspec.open_dump(path, client=...) to run it on the cluster", argument="client")
+    return _chunk_acceptance(dump, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=drafts,
+                             max_bytes=max_bytes, verify_integrity=verify_integrity, progress=progress,
+                             sampling=sampling, beyond_topk=beyond_topk)
+
+
+def _shard_set_acceptance(d: ShardedDump, *, temperature, top_k, top_p, min_p, drafts, max_bytes, verify_integrity,
+                          progress, sampling, beyond_topk, client) -> dict[str, DraftAcceptance]:
+    """:func:`_chunk_acceptance` of every shard of ``d`` (here, or one task per shard on a Dask client),
+    assembled in shard order: bitwise the numbers of the merged dump."""
+    names = d.select_drafts(drafts)
+    # bad settings fail here, before any task; every shard has the same metadata, so the same resolution
+    sp = _given_or_resolved(d, sampling, temperature, top_k, top_p, min_p)
+    verify = d.verify_integrity if verify_integrity is None else bool(verify_integrity)
+    params = dict(sampling=sp, drafts=names, max_bytes=None if max_bytes is None else check_max_bytes(max_bytes),
+                  verify_integrity=verify, beyond_topk=beyond_topk)
+    client = client if client is not None else d.client
+    S = len(d.shards)
+    expect = [(int(d.offsets[i + 1] - d.offsets[i]), d.T) for i in range(S)]
+    if client is None:
+        parts = []
+        for i, p in enumerate(d.shards):
+            parts.append(distributed.alpha_task(_chunk_acceptance, p, params, None, expect[i]))
+            distributed.check_part(parts[-1], i, S)
             if progress is not None:
-                progress(ch.stop - ch.start)
-        return res
-    finally:
-        if own:
-            d.close()
+                progress(expect[i][0] * d.T)
+        d.last_run = {"scheduler": None, "tasks": S}
+    else:
+        parts, d.last_run = distributed.run_on_cluster(client, _chunk_acceptance, d.shards, params, expect,
+                                                       threads_per_worker=d.threads_per_worker, retries=d.retries)
+        if progress is not None:
+            progress(d.N * d.T)
+    valid = np.arange(d.T)[None, :] < d.lengths[:, None]
+
+    def joined(n, j):
+        return np.concatenate([p["arrays"][n][j] for p in parts], axis=0)
+
+    if d.kind == "dense":
+        return {n: DraftAcceptance(n, valid, alpha=joined(n, 0)) for n in names}
+    return {n: DraftAcceptance(n, valid, lower=joined(n, 0), upper=joined(n, 1)) for n in names}
+
+
+def _chunk_acceptance(d, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None, max_bytes=None,
+                      verify_integrity: bool | None = None, progress=None, sampling=None,
+                      beyond_topk: bool = True) -> dict[str, DraftAcceptance]:
+    """:func:`dump_acceptance` of an open dump, read chunk after chunk on this machine (any kind of dump; a
+    shard set's chunks come shard after shard).  Module-level: the Dask workers run it by name."""
+    max_bytes = DEFAULT_CHUNK_BYTES if max_bytes is None else check_max_bytes(max_bytes)
+    sp = _given_or_resolved(d, sampling, temperature, top_k, top_p, min_p)
+    names = d.select_drafts(drafts)
+    N, T = d.N, d.T
+    valid2 = np.arange(T)[None, :] < d.lengths[:, None]
+    dense = d.kind == "dense"
+    res = {n: (DraftAcceptance(n, valid2, alpha=np.zeros((N, T))) if dense else
+               DraftAcceptance(n, valid2, lower=np.zeros((N, T)), upper=np.zeros((N, T)))) for n in names}
+    for ch in d.iter_chunks(drafts=names, max_bytes=max_bytes, validate=not dense,
+                            verify_integrity=verify_integrity):
+        valid = np.ascontiguousarray(ch.valid)
+        params = sp.rows(ch.stop - ch.start)
+        for n in names:
+            if dense:
+                out, status = _alpha(kernel_view(ch.target), kernel_view(ch.drafts[n]), params, valid)
+                if status.any():
+                    i = int(np.flatnonzero(status)[0])
+                    s = int(status[i])
+                    arr = d.array_name("target", "logits") if s <= DRAFT_STATUS else d.array_name(n, "logits")
+                    raise DumpFormatError(f"{d.path}: array {arr!r}: row {d.where(ch.start + i)} "
+                                          f"{_WHAT[_row_status(s)]}; logits must be finite or -inf")
+                res[n].alpha.reshape(-1)[ch.start:ch.stop] = out
+            else:
+                lo, hi = _bounds(ch.target[0], ch.target[1], ch.drafts[n][0], ch.drafts[n][1], valid,
+                                 sp.temperature == 0.0)
+                if beyond_topk and sp.temperature != 0.0 and any(
+                        r in ch.extras or r in d.sampled_logprobs for r in ("target", n)):
+                    tok = None if d.tokens is None else d.tokens.reshape(-1)[ch.start:ch.stop]
+                    known = [_known_rows(top, ch.extras.get(r), tok,
+                                         d.sampled_logprobs[r].reshape(-1)[ch.start:ch.stop]
+                                         if r in d.sampled_logprobs else None)
+                             for r, top in (("target", ch.target), (n, ch.drafts[n]))]
+                    lo, hi = _tighter(lo, hi, known[0], known[1], valid)
+                res[n].lower.reshape(-1)[ch.start:ch.stop] = lo
+                res[n].upper.reshape(-1)[ch.start:ch.stop] = hi
+        if progress is not None:
+            progress(ch.stop - ch.start)
+    return res
 
 
 # --------------------------------------------------------------------------------------------- inspection
@@ -398,10 +461,11 @@ def _check_ks(ks) -> tuple[int, ...]:
     except TypeError:
         ks = ()
     if not ks:
-        raise InvalidInput(f"ks must be a draft length or a non-empty sequence of them, got {shown(ks_given)}")
+        raise InvalidInput(f"ks must be a draft length or a non-empty sequence of them, got {shown(ks_given)}",
+                           argument="ks")
     out = tuple(check_k(k, "ks") for k in ks)
     if len(set(out)) != len(out):
-        raise InvalidInput(f"ks must not repeat a draft length, got {list(out)}")
+        raise InvalidInput(f"ks must not repeat a draft length, got {list(out)}", argument="ks")
     return out
 
 
@@ -412,8 +476,8 @@ def inspect_dump(dump, ks: int | Sequence[int] = (4,), *, sampling: SamplingPara
                  ) -> DumpInspection:
     """What a dump holds and each draft's acceptance figures: what ``fastspec inspect`` shows.
 
-    ``dump``: an open dump (:class:`fastspec.io.Dump`, :class:`fastspec.shards.ShardedDump`: whose own settings,
-    e.g. a Dask client, the alpha pass uses) or a path (a dump or a directory of shards, opened and closed here).
+    ``dump``: an open dump (:func:`fastspec.open_dump`; a shard set's own settings, e.g. a Dask client, the alpha pass
+    uses) or a path (a dump, a directory of shards, a llama.cpp file: opened and closed here).
     ``ks``: the draft lengths of the trajectory DP (the first is the one ``expected`` reports).  Sampling: as in
     :func:`dump_acceptance` (the dump's recorded settings by default; a sparse dump refuses settings that need the
     full vocabulary), resolved once, before the pass.  ``verify_integrity``: as in :func:`dump_acceptance`.
@@ -421,23 +485,16 @@ def inspect_dump(dump, ks: int | Sequence[int] = (4,), *, sampling: SamplingPara
     = N T positions, ``every`` a tenth of them) that yields ``advance(n)``, as for
     :func:`fastspec.hf.measure_and_predict`.  Bad arguments raise InvalidInput / InvalidType.
     """
-    from .io.dump import DumpBase
-
     ks = _check_ks(ks)
     progress = _no_progress if progress is None else progress
     own = not isinstance(dump, DumpBase)
-    if own:
-        from .shards import load_any
-
-        d = load_any(dump, verify_integrity=True if verify_integrity is None else verify_integrity)
-    else:
-        d = dump
+    d = open_dump(dump, verify_integrity=True if verify_integrity is None else verify_integrity) if own else dump
     try:
         sp = _given_or_resolved(d, sampling, temperature, top_k, top_p, min_p)
         info = d.describe()
         total = d.N * d.T
         with progress(ALPHA_PASS, total, max(1, total // 10)) as advance:
-            res = d.acceptance(sampling=sp, drafts=drafts, verify_integrity=verify_integrity, progress=advance)
+            res = dump_acceptance(d, sampling=sp, drafts=drafts, verify_integrity=verify_integrity, progress=advance)
         lengths = d.lengths
     finally:
         if own:

@@ -1,9 +1,10 @@
-"""Dask execution of the α pass of a sharded dump (:meth:`fastspec.shards.ShardedDump.acceptance`).
+"""Dask execution of the α pass of a shard set (:class:`fastspec.io.shards.ShardedDump`), for
+:func:`fastspec.acceptance.dump_acceptance`.
 
-Each shard is one task (:func:`alpha_task`) that runs :func:`fastspec.acceptance.dump_acceptance` on it -- the same
-Numba kernels, on the same rows, hence bitwise the same numbers as one machine -- and sends back only the
-``[n_i, T]`` float64 results.  The client is duck-typed (``map``, ``run``, ``cancel``); dask itself is imported
-only inside :func:`run_on_cluster`, so importing fastspec never imports dask.
+Each shard is one task (:func:`alpha_task`) that runs the analysis's per-dump pass (``compute``, given by the caller:
+this module imports no analysis) on it -- the same Numba kernels, on the same rows, hence bitwise the same numbers as
+one machine -- and sends back only the ``[n_i, T]`` float64 results.  The client is duck-typed (``map``, ``run``,
+``cancel``); dask itself is imported only inside :func:`run_on_cluster`, so importing fastspec never imports dask.
 
 * Code identity: each task reports fastspec's version and :func:`fastspec._numba.jit.library_fingerprint` (a
   hash of every fastspec source file); a mismatch with this process is a :class:`~fastspec.errors.ClusterError`.
@@ -25,8 +26,9 @@ import threading
 import uuid
 
 from ._numba.jit import library_fingerprint
+from ._version import __version__
 from .errors import ClusterError, DumpFormatError, DumpNotFound
-from .io import load_dump
+from .io.dump import load_dump
 
 __all__ = ["TASK_PREFIX", "alpha_task", "check_part", "run_on_cluster"]
 
@@ -85,23 +87,21 @@ def _task_threads(threads, host):
     return max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)), worker
 
 
-def alpha_task(path: str, params: dict, threads, expect) -> dict:
+def alpha_task(compute, path: str, params: dict, threads, expect) -> dict:
     """One shard's α (runs on a worker, or in this process with ``threads`` None).
 
-    ``params``: keyword arguments of ``dump_acceptance``; ``threads``: ``(fixed or None, {host: threads} or
-    None)``; ``expect``: the shard's (N, T) when the set was opened.  Returns a plain dict: ``error`` (the
-    message of a data error, else None), ``not_found`` (the file was missing), ``arrays`` ({draft: (alpha,) or
-    (lower, upper)}), and the code identity and placement (``version``, ``code``, ``worker``, ``threads``,
+    ``compute(dump, **params)``: the α pass of one open dump (``{draft: result with .alpha or .lower/.upper}``; a
+    module-level function, so that workers import it by name); ``params``: its keyword arguments; ``threads``: ``(fixed
+    or None, {host: threads} or None)``; ``expect``: the shard's (N, T) when the set was opened.  Returns a plain dict:
+    ``error`` (the message of a data error, else None), ``not_found`` (the file was missing), ``arrays`` ({draft:
+    (alpha,) or (lower, upper)}), and the code identity and placement (``version``, ``code``, ``worker``, ``threads``,
     ``cpu``)."""
     import socket
 
     import numba
 
-    import fastspec
-    from .acceptance import dump_acceptance
-
     n_threads, worker = _task_threads(threads, socket.gethostname())
-    out = {"error": None, "not_found": False, "arrays": None, "version": fastspec.__version__,
+    out = {"error": None, "not_found": False, "arrays": None, "version": __version__,
            "code": library_fingerprint(), "worker": worker, "threads": n_threads or numba.get_num_threads(),
            "cpu": _cpu_name()}
     with _KERNEL_LOCK if threads is not None else contextlib.nullcontext():
@@ -113,7 +113,7 @@ def alpha_task(path: str, params: dict, threads, expect) -> dict:
                 if (d.N, d.T) != tuple(expect):
                     raise DumpFormatError(f"{path}: holds N={d.N}, T={d.T} but N={expect[0]}, T={expect[1]} when "
                                           "the shard set was opened; the shard changed (or a worker sees another file)")
-                res = dump_acceptance(d, **params)
+                res = compute(d, **params)
         except FileNotFoundError as exc:
             out["error"] = f"{path}: not found on worker {worker} (every worker must see the shard paths): {exc}"
             out["not_found"] = True
@@ -132,16 +132,15 @@ def check_part(part: dict, i: int, S: int) -> None:
     see the file), or code that differs from this process' (ClusterError)."""
     if part["error"] is not None:
         raise (DumpNotFound if part.get("not_found") else DumpFormatError)(f"shard {i} of {S}: {part['error']}")
-    import fastspec
-
-    if part["version"] != fastspec.__version__ or part["code"] != library_fingerprint():
+    if part["version"] != __version__ or part["code"] != library_fingerprint():
         raise ClusterError(f"shard {i} of {S}: worker {part['worker']} runs fastspec {part['version']} (sources "
-                           f"{part['code']}), this process {fastspec.__version__} ({library_fingerprint()}); install "
+                           f"{part['code']}), this process {__version__} ({library_fingerprint()}); install "
                            "the same fastspec everywhere (and restart workers after upgrading)")
 
 
-def run_on_cluster(client, shards: list, params: dict, expect: list, *, threads_per_worker=None, retries=2):
-    """One :func:`alpha_task` per shard on ``client``; ``(parts in shard order, last_run summary)``.
+def run_on_cluster(client, compute, shards: list, params: dict, expect: list, *, threads_per_worker=None,
+                   retries=2):
+    """One :func:`alpha_task` (of ``compute``) per shard on ``client``; ``(parts in shard order, last_run summary)``.
 
     The first failing shard cancels the rest and raises (module docstring); never a partial result."""
     from distributed import as_completed  # lazy: only with a client
@@ -150,8 +149,8 @@ def run_on_cluster(client, shards: list, params: dict, expect: list, *, threads_
     host_threads = _threads_per_host(client) if threads_per_worker is None else None
     run_id = uuid.uuid4().hex[:12]
     keys = [f"{TASK_PREFIX}-{i}-{run_id}" for i in range(S)]
-    futures = client.map(alpha_task, shards, [params] * S, [(threads_per_worker, host_threads)] * S, expect,
-                         key=keys, retries=retries, pure=False)
+    futures = client.map(alpha_task, [compute] * S, shards, [params] * S, [(threads_per_worker, host_threads)] * S,
+                         expect, key=keys, retries=retries, pure=False)
     index = {f.key: i for i, f in enumerate(futures)}
     parts: list = [None] * S
     try:

@@ -1,7 +1,8 @@
 """fastspec's typed errors.
 
 Every mistake in what a caller passed raises :class:`InvalidInput` (a ``ValueError``) or :class:`InvalidType`
-(a ``TypeError``), naming the argument, the index and the fix; a malformed dump file raises
+(a ``TypeError``), naming the argument, the index and the fix (the argument's name is also their ``argument``
+attribute); a malformed dump file raises
 :class:`DumpFormatError` (an ``InvalidInput`` that names the file and the array), a missing one
 :class:`DumpNotFound` (also a ``FileNotFoundError``).  Because they subclass the built-in exceptions, code that
 catches ``ValueError``/``TypeError`` keeps working.
@@ -22,12 +23,23 @@ class FastspecError(Exception):
     """Base class of fastspec's own errors."""
 
 
-class InvalidInput(FastspecError, ValueError):
-    """A value the caller passed is invalid (out of range, wrong shape, inconsistent with another argument)."""
+class _ArgumentError(FastspecError):
+    """An error about one argument the caller passed: ``argument`` is its name (e.g. ``"top_p"``, ``"source"``),
+    or None when no single argument is at fault (or the raise site does not say).  ``str(error)`` is the message
+    alone; the name is also in it, as the fix is."""
+
+    def __init__(self, *args, argument: str | None = None):
+        super().__init__(*args)
+        self.argument = argument
 
 
-class InvalidType(FastspecError, TypeError):
-    """An argument has the wrong type or dtype."""
+class InvalidInput(_ArgumentError, ValueError):
+    """A value the caller passed is invalid (out of range, wrong shape, inconsistent with another argument);
+    ``argument``: the name of the argument at fault, or None."""
+
+
+class InvalidType(_ArgumentError, TypeError):
+    """An argument has the wrong type or dtype; ``argument``: its name, or None."""
 
 
 class DumpFormatError(InvalidInput):
@@ -62,7 +74,7 @@ def check_int(name: str, value, low: int, high: int | None = None) -> int:
     None); otherwise InvalidType (not an integer) or InvalidInput (out of range), naming ``name``."""
     want = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidType(f"{name} = {value!r} must be {want}")
+        raise InvalidType(f"{name} = {value!r} must be {want}", argument=name)
     if value < low or (high is not None and value > high):
-        raise InvalidInput(f"{name} = {value!r} must be {want}")
+        raise InvalidInput(f"{name} = {value!r} must be {want}", argument=name)
     return int(value)

@@ -17,7 +17,7 @@ Numba kernel.  The latest occurrence of a periodic pattern overlaps the suffix, 
 in a run ``a a a a`` it proposes one ``a`` whatever ``k``.
 
 Rules and presets (:func:`preset`; the ``--draft`` grammar of ``fastspec simulate``/``measure``/``dump`` and the
-``drafts=`` of :func:`fastspec.simulate`, parsed by one function, :func:`fastspec.simulation.ngram.parse_ngram_draft`):
+``drafts=`` of :func:`fastspec.simulate`, parsed by one function, :func:`parse_ngram_draft`):
 
 =================  ==========  ===================================  ==============================================
 preset             occurrence  bounds when not given                ``--draft`` spellings (name in output)
@@ -71,7 +71,8 @@ Differences from Hugging Face ``generate`` (``prompt_lookup_num_tokens`` = ``k``
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -82,7 +83,7 @@ from .config import MAX_NGRAM, MAX_PROPOSAL
 from .errors import InvalidInput, InvalidType, shown
 
 __all__ = ["NgramProposer", "Proposals", "propose", "proposals_along", "draft_batch", "preset", "OCCURRENCES",
-           "PRESETS", "MAX_NGRAM", "MAX_PROPOSAL"]
+           "PRESETS", "MAX_NGRAM", "MAX_PROPOSAL", "parse_ngram_draft", "ngram_name", "NGRAM_GRAMMAR"]
 
 OCCURRENCES = ("latest", "earliest")
 
@@ -94,9 +95,9 @@ PRESETS = {"fastspec": "latest", "vllm": "earliest", "hf": "earliest"}
 def _count(name: str, value, low: int, high: int, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise InvalidType(f"{name} must be an integer in [{low}, {high}] ({what}), got {type(value).__name__} "
-                          f"{value!r}")
+                          f"{value!r}", argument=name)
     if not low <= value <= high:
-        raise InvalidInput(f"{name} = {shown(int(value))} is invalid: {what} must be in [{low}, {high}]")
+        raise InvalidInput(f"{name} = {shown(int(value))} is invalid: {what} must be in [{low}, {high}]", argument=name)
     return int(value)
 
 
@@ -107,9 +108,9 @@ def _check(k, min_n, max_n, occurrence) -> tuple[int, int, int, bool]:
     max_n = _count("max_n", max_n, 1, MAX_NGRAM, "the longest n-gram to match")
     if min_n > max_n:
         raise InvalidInput(f"min_n = {min_n} is greater than max_n = {max_n}: pass min_n <= max_n (the shortest "
-                           "and the longest n-gram to match)")
+                           "and the longest n-gram to match)", argument="min_n")
     if not isinstance(occurrence, str) or occurrence not in OCCURRENCES:
-        raise InvalidInput(f"occurrence = {occurrence!r} is invalid: use 'latest' or 'earliest'")
+        raise InvalidInput(f"occurrence = {occurrence!r} is invalid: use 'latest' or 'earliest'", argument="occurrence")
     return k, min_n, max_n, occurrence == "latest"
 
 
@@ -117,19 +118,20 @@ def _token_ids(name: str, tokens) -> np.ndarray:
     """A 1-D sequence of token ids as contiguous int64, every id >= 0."""
     a = np.asarray(tokens)
     if a.ndim != 1:
-        raise InvalidInput(f"{name} must be a 1-D sequence of token ids, got shape {list(a.shape)}")
+        raise InvalidInput(f"{name} must be a 1-D sequence of token ids, got shape {list(a.shape)}", argument=name)
     if a.size == 0:
         return np.zeros(0, dtype=np.int64)
     if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
-        raise InvalidType(f"{name} must hold integer token ids, got dtype {a.dtype}: pass the tokenizer's ids")
+        raise InvalidType(f"{name} must hold integer token ids, got dtype {a.dtype}: pass the tokenizer's ids",
+                          argument=name)
     if a.dtype == np.uint64 and a.max() > np.iinfo(np.int64).max:
         i = int(np.argmax(a > np.iinfo(np.int64).max))
-        raise InvalidInput(f"{name}[{i}] = {int(a[i])} is not a token id: ids must lie in [0, 2**63)")
+        raise InvalidInput(f"{name}[{i}] = {int(a[i])} is not a token id: ids must lie in [0, 2**63)", argument=name)
     a = np.ascontiguousarray(a, dtype=np.int64)
     if a.min() < 0:
         i = int(np.argmax(a < 0))
         raise InvalidInput(f"{name}[{i}] = {int(a[i])} is a negative token id: ids must be >= 0 (strip padding "
-                           "before proposing)")
+                           "before proposing)", argument=name)
     return a
 
 
@@ -165,7 +167,7 @@ class Proposals:
         k = _count("k", k, 1, MAX_PROPOSAL, "the number of tokens to propose")
         if k > self.draft_tokens.shape[1]:
             raise InvalidInput(f"k = {k} exceeds the k = {self.draft_tokens.shape[1]} these proposals were made "
-                               "with: compute them with the largest k needed")
+                               "with: compute them with the largest k needed", argument="k")
         return Proposals(self.draft_tokens[:, :k].copy(), np.minimum(self.num_draft, k),
                          np.minimum(self.num_matching, k))
 
@@ -177,10 +179,11 @@ def proposals_along(tokens: Sequence[int] | np.ndarray, prompt_len: int, k: int,
     k, min_n, max_n, latest = _check(k, min_n, max_n, occurrence)
     toks = _token_ids("tokens", tokens)
     if isinstance(prompt_len, (bool, np.bool_)) or not isinstance(prompt_len, (int, np.integer)):
-        raise InvalidType(f"prompt_len must be an integer (the number of prompt tokens), got {prompt_len!r}")
+        raise InvalidType(f"prompt_len must be an integer (the number of prompt tokens), got {prompt_len!r}",
+                          argument="prompt_len")
     if not 0 <= prompt_len <= toks.shape[0]:
         raise InvalidInput(f"prompt_len = {int(prompt_len)} is outside [0, {toks.shape[0]}] (the length of tokens): "
-                           "pass the number of prompt tokens at the start of tokens")
+                           "pass the number of prompt tokens at the start of tokens", argument="prompt_len")
     T = toks.shape[0] - int(prompt_len)
     out = Proposals(np.full((T, k), PAD, dtype=np.int64), np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64))
     along(toks, int(prompt_len), k, min_n, max_n, latest, out.draft_tokens, out.num_draft, out.num_matching)
@@ -197,7 +200,8 @@ def draft_batch(proposals: Sequence[Sequence[int] | np.ndarray], k: int | None =
     K = longest if k is None else _count("k", k, 0, MAX_PROPOSAL, "the number of draft positions")
     if longest > K:
         b = next(b for b, r in enumerate(rows) if r.shape[0] > K)
-        raise InvalidInput(f"proposals[{b}] has {rows[b].shape[0]} tokens, more than k = {K}: pass a larger k")
+        raise InvalidInput(f"proposals[{b}] has {rows[b].shape[0]} tokens, more than k = {K}: pass a larger k",
+                           argument="proposals")
     draft_tokens = np.full((len(rows), K), PAD, dtype=np.int64)
     for b, r in enumerate(rows):
         draft_tokens[b, :r.shape[0]] = r
@@ -209,7 +213,7 @@ class NgramProposer:
     """One validated prompt-lookup configuration (module docstring): what a loop calls and a dump records.
 
     ``preset``: the named rule it was made from (:func:`preset`; None: built by hand).  It names the proposer
-    (:func:`fastspec.simulation.ngram.ngram_name`) and takes no part in equality: two proposers that propose the
+    (:func:`ngram_name`) and takes no part in equality: two proposers that propose the
     same tokens are equal."""
 
     k: int
@@ -267,7 +271,8 @@ class NgramProposer:
 
 def _preset_name(name) -> str:
     if not isinstance(name, str) or name not in PRESETS:
-        raise InvalidInput(f"n-gram preset {shown(name)} is unknown; choose one of: {', '.join(PRESETS)}")
+        raise InvalidInput(f"n-gram preset {shown(name)} is unknown; choose one of: {', '.join(PRESETS)}",
+                           argument="name")
     return name
 
 
@@ -296,3 +301,75 @@ def preset(name: str, min_n: int | None = None, max_n: int | None = None, *, k: 
         min_n = 1 if min_n is None else min_n
         max_n = 3 if max_n is None else max_n
     return NgramProposer(k, min_n, max_n, PRESETS[name], preset=name)
+
+
+# ---- the spec grammar: the one parser of n-gram draft names (module docstring's table)
+#: the grammar, as error messages and help texts state it (fastspec.ngram's module docstring has the table)
+NGRAM_GRAMMAR = ("ngram or ngramMIN-MAX (fastspec's rule: latest occurrence, n from 1 to 3 by default), or a named "
+                 "rule: ngram.vllm, ngram.vllmN, ngram.vllmMIN-MAX (vLLM's: earliest occurrence, both bounds 5 by "
+                 "default), ngram.hf, ngram.hfMAX (Hugging Face prompt lookup: earliest, n from 1 to 2 by default)")
+
+_SPEC = re.compile(r"ngram(?:\.([a-z]+))?(.*)", re.DOTALL)
+
+
+def parse_ngram_draft(spec, k: int) -> NgramProposer | None:
+    """The one parser of n-gram draft specifications (the ``--draft`` of ``simulate``, ``measure`` and ``dump``,
+    :func:`fastspec.simulate`'s ``drafts``, :func:`fastspec.hf.parse_ngram_spec`); the grammar is the table in
+    this module's docstring:
+
+    ``"ngram"`` -> n in [1, 3], latest occurrence; ``"ngramA-B"``, ``"ngram:A-B"`` or ``"ngram[A-B]"`` -> n in
+    [A, B]; ``"ngram.RULE"``, ``"ngram.RULEN"``, ``"ngram.RULEA-B"`` -> :func:`preset` (RULE: vllm,
+    hf, fastspec) with the bounds given; an :class:`~fastspec.ngram.NgramProposer` -> itself with this ``k``; a spec
+    not starting with "ngram" -> None (a model draft's name).  Anything else starting with "ngram": InvalidInput
+    naming the spec and the grammar."""
+    if isinstance(spec, NgramProposer):
+        return replace(spec, k=k)
+    if not isinstance(spec, str) or not spec.startswith("ngram"):
+        return None
+    m = _SPEC.fullmatch(spec)
+    rule, rest = m.group(1), m.group(2)
+    if rule is not None and rule not in PRESETS:
+        raise InvalidInput(f"draft {shown(spec)}: unknown n-gram rule {rule!r}; use {', '.join(PRESETS)} "
+                           f"({NGRAM_GRAMMAR})", argument="spec")
+    if rule is None:
+        rest = rest.lstrip(":")
+    if rest.startswith("[") and rest.endswith("]"):
+        rest = rest[1:-1]
+    lo, sep, hi = rest.partition("-")
+    if rest and not (_decimal(lo) and (not sep and rule in ("vllm", "hf") or sep and _decimal(hi))):
+        raise InvalidInput(f"draft {shown(spec)}: write {NGRAM_GRAMMAR}, with decimal digits (e.g. ngram1-3, "
+                           "ngram.vllm)", argument="spec")
+    bounds = [int(v) for v in ((lo, hi) if sep else (lo,) if rest else ())]
+    for n in bounds:
+        if not 1 <= n <= MAX_NGRAM:
+            raise InvalidInput(f"draft {shown(spec)}: n-gram lengths must lie in [1, {MAX_NGRAM}] (e.g. ngram1-3)",
+                               argument="spec")
+    if len(bounds) == 2 and bounds[0] > bounds[1]:
+        raise InvalidInput(f"draft {shown(spec)}: MIN {bounds[0]} is greater than MAX {bounds[1]}; write "
+                           "ngramMIN-MAX (e.g. ngram1-3)", argument="spec")
+    if rule is None:
+        return NgramProposer(k) if not bounds else NgramProposer(k, bounds[0], bounds[1])
+    if rule == "hf":
+        if len(bounds) == 2 and bounds[0] != 1:
+            raise InvalidInput(f"draft {shown(spec)}: Hugging Face prompt lookup has no minimum n-gram length "
+                               "(n runs down to 1): write ngram.hfMAX or ngram.hf1-MAX", argument="spec")
+        return preset("hf", max_n=bounds[-1] if bounds else None, k=k)
+    if len(bounds) == 1:
+        return preset(rule, bounds[0], bounds[0], k=k) if rule == "vllm" else None  # fastspec: refused above
+    return preset(rule, *bounds, k=k) if bounds else preset(rule, k=k)
+
+
+def _decimal(text: str) -> bool:
+    """ASCII digits only, at most 6 (``str.isdigit`` also accepts superscripts such as '²', which ``int`` refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 6
+
+
+def ngram_name(proposer: NgramProposer) -> str:
+    """The draft name of an n-gram proposer in results and cost tables; it says the rule and parses back to the
+    same proposer (:func:`parse_ngram_draft`): ``"ngram1-3"`` (fastspec's rule, latest occurrence),
+    ``"ngram.vllm5-5"`` (the earliest occurrence: vLLM's rule, also a hand-built ``occurrence="earliest"``),
+    ``"ngram.hf1-2"`` (the ``hf`` preset)."""
+    if proposer.occurrence == "latest":
+        return f"ngram{proposer.min_n}-{proposer.max_n}"
+    rule = "hf" if proposer.preset == "hf" else "vllm"
+    return f"ngram.{rule}{proposer.min_n}-{proposer.max_n}"

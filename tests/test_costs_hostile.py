@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from fastspec import save_dump
 from fastspec.costs import MAX_TABLE_BYTES, CostTable
 from fastspec.errors import DumpFormatError, InvalidInput
-from fastspec.shards import ShardedDump
+from fastspec.io.shards import ShardedDump
 from fastspec.simulation import VerifyCost, simulate
 from fastspec_cli.main import app
 from test_io_hostile import _no_hang, needs_fifo

@@ -20,7 +20,8 @@ distributed = pytest.importorskip("distributed")
 
 import shardutil  # noqa: E402
 from fastspec.acceptance import dump_acceptance  # noqa: E402
-from fastspec.shards import TASK_PREFIX, ShardedDump  # noqa: E402
+from fastspec.distributed import TASK_PREFIX  # noqa: E402
+from fastspec.io.shards import ShardedDump  # noqa: E402
 from fastspec.simulation import simulate  # noqa: E402
 from fastspec_cli.main import app  # noqa: E402
 
@@ -78,7 +79,7 @@ def _check_dense(got, ref, i):
 @pytest.mark.parametrize("i", range(len(FLAGS)))
 def test_alpha_bitwise_equal_on_the_cluster(client, data, i):
     s = ShardedDump(data["sdir"], client=client)
-    got = s.acceptance(**FLAGS[i])
+    got = dump_acceptance(s, **FLAGS[i])
     assert sorted(got) == ["far", "near"]
     _check_dense(got, data["ref"], i)
     assert s.last_run["tasks"] == 6
@@ -87,7 +88,7 @@ def test_alpha_bitwise_equal_on_the_cluster(client, data, i):
 
 
 def test_sparse_bounds_bitwise_equal(client, data):
-    got = ShardedDump(data["sparse_sdir"], client=client).acceptance()
+    got = dump_acceptance(ShardedDump(data["sparse_sdir"], client=client))
     for n, r in got.items():
         assert r.lower.tobytes() == data["ref"][f"sparse_{n}_lower"].tobytes()
         assert r.upper.tobytes() == data["ref"][f"sparse_{n}_upper"].tobytes()
@@ -120,13 +121,13 @@ def test_bad_shard_stops_the_run(client, tmp_path):
     s = ShardedDump(sdir, client=client)
     with pytest.raises(ValueError, match=r"shard 2 of 3: .*shards/s2: array 'draft_logits__far': row \[1, 0\] "
                                          r"contains \+inf"):
-        s.acceptance()
+        dump_acceptance(s)
     from fastspec.simulation import simulate
 
     with pytest.raises(ValueError, match="shard 2 of 3"):
         simulate(sdir, client=client, k=2)
     # the cluster is still usable, and a run without the bad draft is complete
-    got = s.acceptance(drafts=["near"])
+    got = dump_acceptance(s, drafts=["near"])
     assert got["near"].alpha.shape == (6, 13)
 
 
@@ -135,7 +136,7 @@ def test_missing_shard_file_on_worker(client, tmp_path):
     s = ShardedDump(sdir, client=client)
     os.remove(paths[1])  # e.g. storage a worker does not see
     with pytest.raises(ValueError, match=r"shard 1 of 2: .*b.npz: not found on worker"):
-        s.acceptance()
+        dump_acceptance(s)
 
 
 class _KillOnce(distributed.WorkerPlugin):
@@ -161,7 +162,7 @@ def test_worker_killed_mid_run(client, data, tmp_path):
     try:
         client.register_plugin(_KillOnce(marker))
         pids_before = set(client.run(os.getpid).values())
-        got = ShardedDump(data["sdir"], client=client).acceptance()
+        got = dump_acceptance(ShardedDump(data["sdir"], client=client))
         client.unregister_worker_plugin(_KillOnce.name)
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
@@ -221,5 +222,5 @@ def test_cluster_failures_are_cluster_errors(tmp_path, client, pattern):
 
     _, sdir, _ = shardutil.write(tmp_path, shardutil.make_data(25, N=4), cuts=(0, 2, 4), names=["a.npz", "b.npz"])
     with pytest.raises(ClusterError, match=pattern) as ei:
-        ShardedDump(sdir, client=client).acceptance()
+        dump_acceptance(ShardedDump(sdir, client=client))
     assert isinstance(ei.value, RuntimeError) and not isinstance(ei.value, ValueError)  # exit 1, not "bad input"

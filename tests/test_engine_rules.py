@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 import naive
 from fastspec import save_dump
 from fastspec.errors import InvalidInput
-from fastspec.ngram import PRESETS, NgramProposer, preset, propose
+from fastspec.ngram import PRESETS, NgramProposer, ngram_name, parse_ngram_draft, preset, propose
 from fastspec.params import SamplingParams
 from fastspec.simulation import SimulateConfig, simulate
-from fastspec.simulation.ngram import ngram_name, ngram_replay, parse_ngram_draft
+from fastspec.simulation.ngram import ngram_replay
 from fastspec_cli.main import app
 from test_simulate_ngram import _dump
 

@@ -22,7 +22,8 @@ from fastspec.errors import InvalidInput
 from fastspec.stats import median_se
 from fastspec.io import load_dump, save_dump
 from fastspec.ngram import NgramProposer
-from fastspec.shards import is_sharded, list_shards, load_any
+from fastspec.io.shards import is_sharded, list_shards
+from fastspec.io import open_dump
 
 pytestmark = pytest.mark.hf
 
@@ -228,7 +229,7 @@ def test_identical_dump_commands_give_compatible_shards(dirs, tmp_path):
         res = _cli(["dump", "--target", dirs["target"], "--draft", "exit1", "--prompts", dirs["prompts"],
                     "--max-new-tokens", "30", "--temperature", "0", "--no-costs", "--out", str(shards / f"s-{i}.npz")])
         assert res.exit_code == 0, res.output
-    with load_any(str(shards)) as d:
+    with open_dump(str(shards)) as d:
         assert d.N == 6 and d.T == 30 and d.lengths.min() < 30  # a row stopped at EOS; T is the budget anyway
     res = _cli(["simulate", str(shards), "--k", "2", "--trials", "4"])
     assert res.exit_code == 0, res.output

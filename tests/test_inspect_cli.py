@@ -103,7 +103,7 @@ def test_inspect_reports_progress_of_the_alpha_pass(tmp_path, monkeypatch):
 
 def test_alpha_pass_progress_adds_up(tmp_path):
     from fastspec.acceptance import dump_acceptance
-    from fastspec.shards import ShardedDump
+    from fastspec.io.shards import ShardedDump
 
     path, P, Q = _dump(tmp_path)
     ticks = []
@@ -111,7 +111,7 @@ def test_alpha_pass_progress_adds_up(tmp_path):
     assert len(ticks) > 1 and sum(ticks) == P.shape[0] * P.shape[1]
     p2 = str(save_dump(tmp_path / "e.npz", P, {"tiny": Q, "same": P}, lengths=[6, 4], temperature=0.8))
     ticks = []
-    ShardedDump([path, p2]).acceptance(progress=ticks.append)
+    dump_acceptance(ShardedDump([path, p2]), progress=ticks.append)
     assert ticks == [12, 12]
 
 

@@ -401,3 +401,66 @@ def test_tunables_come_from_config():
     from fastspec import config
 
     assert fastspec.io.DEFAULT_CHUNK_BYTES == config.DEFAULT_CHUNK_BYTES
+
+
+def test_typed_errors_name_the_argument_at_fault(tmp_path):
+    """InvalidInput / InvalidType carry the argument's name (``.argument``), set by the check helpers and the raise
+    sites of the formats; the message is unchanged (it names the argument too)."""
+    import pickle
+
+    from fastspec.errors import InvalidInput, InvalidType, check_int
+    from fastspec.io import ShardedDump, open_dump
+    from fastspec.ngram import NgramProposer, parse_ngram_draft
+
+    with pytest.raises(InvalidInput) as e:
+        check_int("retries", -1, 0)
+    assert e.value.argument == "retries" and str(e.value) == "retries = -1 must be an integer >= 0"
+    with pytest.raises(InvalidType) as e:
+        check_int("k", 1.5, 1)
+    assert e.value.argument == "k" and str(e.value) == "k = 1.5 must be an integer >= 1"
+    assert pickle.loads(pickle.dumps(e.value)).argument == "k"  # crosses a process (Dask) intact
+    assert InvalidInput("no single argument").argument is None
+    with pytest.raises(InvalidType) as e:
+        open_dump(3)
+    assert e.value.argument == "source"
+    p = save_dump(tmp_path / "d.npz", *_dense())
+    with open_dump(p) as d, pytest.raises(InvalidInput) as e:
+        d.select_drafts(["nope"])
+    assert e.value.argument == "drafts" and "no draft named 'nope'" in str(e.value)
+    with pytest.raises(InvalidInput) as e:
+        ShardedDump([p], threads_per_worker=0)
+    assert e.value.argument == "threads_per_worker"
+    with pytest.raises(InvalidInput) as e:
+        parse_ngram_draft("ngram5-2", 4)
+    assert e.value.argument == "spec"
+    with pytest.raises(InvalidInput) as e:
+        NgramProposer(4, 3, 2)
+    assert e.value.argument == "min_n"
+    with pytest.raises(InvalidInput) as e:
+        save_dump(tmp_path / "x.npz", *_dense(), layout="zip")
+    assert e.value.argument == "layout"
+
+
+def test_open_dump_opens_every_kind(tmp_path):
+    """One opener: an .npz file, a directory of .npy files, a directory of shards, a list of shard paths; a
+    context manager that closes what it opened; typed errors that name the path."""
+    from fastspec.errors import DumpNotFound
+    from fastspec.io import Dump, ShardedDump, open_dump
+
+    t, d = _dense()
+    npz = save_dump(tmp_path / "a.npz", t, d)
+    npy = save_dump(tmp_path / "b", t, d, layout="dir")
+    os.makedirs(tmp_path / "set")
+    s1 = save_dump(tmp_path / "set" / "s1.npz", t, d)
+    s2 = save_dump(tmp_path / "set" / "s2.npz", t, d)
+    with open_dump(npz) as x:
+        assert type(x) is Dump and x.N == 2
+    assert x._zf is None  # closed on exit
+    with open_dump(npy) as x:
+        assert type(x) is Dump and x.describe()["format"] == "directory of .npy"
+    with open_dump(tmp_path / "set") as x:
+        assert isinstance(x, ShardedDump) and x.N == 4
+    with open_dump([s1, s2]) as x:
+        assert isinstance(x, ShardedDump) and x.shards == [s1, s2]
+    with pytest.raises(DumpNotFound, match="nope.npz"):
+        open_dump(tmp_path / "nope.npz")

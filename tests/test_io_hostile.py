@@ -19,7 +19,8 @@ import shardutil
 from fastspec import load_dump, save_dump
 from fastspec.acceptance import dump_acceptance
 from fastspec.errors import DumpFormatError, DumpNotFound, InvalidInput, InvalidType
-from fastspec.shards import ShardedDump, is_sharded, load_any
+from fastspec.io.shards import ShardedDump, is_sharded
+from fastspec.io import open_dump
 from fastspec.simulation import simulate
 from fastspec_cli.main import app
 
@@ -231,8 +232,8 @@ def test_small_arrays_and_shards_are_checked(tmp_path):
     _, sdir, paths = shardutil.write(tmp_path / "s", shardutil.make_data(6))
     _corrupt_npz_member(paths[2], "draft_logits__far")
     with pytest.raises(DumpFormatError, match=r"shard 2 of 4: .*part-2.npz: array 'draft_logits__far': CRC-32"):
-        ShardedDump(sdir).acceptance()
-    ShardedDump(sdir, verify_integrity=False).acceptance()
+        dump_acceptance(ShardedDump(sdir))
+    dump_acceptance(ShardedDump(sdir, verify_integrity=False))
     with pytest.raises(DumpFormatError, match="CRC-32"):
         for _ in ShardedDump(sdir).iter_chunks():
             pass
@@ -335,7 +336,7 @@ def test_max_bytes_is_validated(tmp_path, value, error):
     with pytest.raises(error, match="max_bytes"):
         dump_acceptance(p, max_bytes=value)
     with pytest.raises(error, match="max_bytes"):
-        ShardedDump([p]).acceptance(max_bytes=value)
+        dump_acceptance(ShardedDump([p]), max_bytes=value)
 
 
 def test_a_draft_selected_twice_is_refused(tmp_path):
@@ -348,7 +349,7 @@ def test_a_draft_selected_twice_is_refused(tmp_path):
     # the simulate command documents "a repeated --draft counts once" (tests/test_cli_inputs.py): it selects
     # each name once before the library sees them
     assert set(dump_acceptance(p, drafts=["b", "a"])) == {"a", "b"}
-    with load_any(p) as d:
+    with open_dump(p) as d:
         assert d.select_drafts("a") == ("a",)  # one name
 
 

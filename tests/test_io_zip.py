@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from fastspec import load_dump, save_dump
 from fastspec.acceptance import dump_acceptance
 from fastspec.errors import DumpFormatError
-from fastspec.shards import ShardedDump
+from fastspec.io.shards import ShardedDump
 from fastspec.simulation import simulate
 from fastspec_cli.main import app
 

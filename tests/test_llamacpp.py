@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from fastspec import save_dump
 from fastspec.errors import DumpFormatError, InvalidInput
-from fastspec.io import Dump, load_dump
+from fastspec.acceptance import dump_acceptance
+from fastspec.io import Dump, open_dump
 from fastspec.io.llamacpp import LlamaCppDump, load_llamacpp, row_width
-from fastspec.shards import load_any
 from fastspec_cli.main import app
 
 runner = CliRunner()
@@ -116,7 +116,7 @@ def run(*args):
 
 # ---- format and protocol ----------------------------------------------------------------------------------------
 def test_structure_tokens_prompt(made):
-    with load_dump(made["man"]) as d:
+    with open_dump(made["man"]) as d:
         assert isinstance(d, LlamaCppDump)
         assert d.kind == "dense" and d.drafts == ("far", "near") and (d.N, d.T, d.V) == (3, 7, 33)
         np.testing.assert_array_equal(d.lengths, [7, 7, 7])
@@ -127,7 +127,7 @@ def test_structure_tokens_prompt(made):
         desc = d.describe()
         assert desc["format"] == "llama.cpp kl-divergence-base" and desc["size_on_disk"] > 0
         assert {a["name"] for a in desc["arrays"]} >= {"target_logits", "draft_logits__near", "draft_logits__far"}
-    with load_any(made["files"]["target"]) as d:  # a bare file: target only
+    with open_dump(made["files"]["target"]) as d:  # a bare file: target only
         assert isinstance(d, LlamaCppDump) and d.drafts == () and d.prompt_tokens is not None
 
 
@@ -145,9 +145,9 @@ def test_decoded_rows_match_log_softmax(made):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_alpha_within_quantization_bound(made, temperature):
-    with load_dump(made["man"]) as d, load_dump(made["dense"]) as f:
-        a = d.acceptance(temperature=temperature)
-        b = f.acceptance(temperature=temperature)
+    with open_dump(made["man"]) as d, open_dump(made["dense"]) as f:
+        a = dump_acceptance(d, temperature=temperature)
+        b = dump_acceptance(f, temperature=temperature)
     st = _row_scales(made["files"]["target"], made["n_ctx"], made["V"])
     for name in ("near", "far"):
         sd = _row_scales(made["files"][name], made["n_ctx"], made["V"])
@@ -160,16 +160,16 @@ def test_alpha_within_quantization_bound(made, temperature):
 def test_clamped_tail_dropped_and_kept(tmp_path):
     m = _make(tmp_path, low=5)
     first, T = m["first"], m["T"]
-    with load_dump(m["dense"]) as f:
-        exact = f.acceptance()["near"].alpha
+    with open_dump(m["dense"]) as f:
+        exact = dump_acceptance(f)["near"].alpha
     with load_llamacpp(m["man"]) as d:
         c = next(d.iter_chunks(max_bytes=10**9))
         assert np.isneginf(c.target[:, :5]).all() and np.isfinite(c.target[:, 5:]).all()
-        drop = d.acceptance()["near"].alpha
+        drop = dump_acceptance(d)["near"].alpha
     with load_llamacpp(target=m["files"]["target"], drafts={"near": m["files"]["near"]}, tail="keep") as d:
         c = next(d.iter_chunks(max_bytes=10**9))
         assert np.isfinite(c.target).all()
-        keep = d.acceptance()["near"].alpha
+        keep = dump_acceptance(d)["near"].alpha
     st = _row_scales(m["files"]["target"], m["n_ctx"], m["V"])
     sd = _row_scales(m["files"]["near"], m["n_ctx"], m["V"])
     assert (st * 65535 > 15.99).all()  # every row was clamped
@@ -318,7 +318,7 @@ def test_hostile_files(tmp_path, made, how, needle):
         r = run("inspect", man)
     else:
         with pytest.raises(DumpFormatError, match=needle) as ei:
-            load_dump(man)
+            open_dump(man)
         assert (tgt_of(man) if how == "token out of range" else bad) in str(ei.value)
         r = run("inspect", man)
     assert r.exit_code == 2, (r.stdout, r.stderr)
@@ -349,6 +349,7 @@ def test_bad_manifests(made, tmp_path, text, needle):
 
 def test_scheduler_refused_and_not_a_dump(made, tmp_path):
     with pytest.raises(InvalidInput, match="without a scheduler"):
-        load_any(made["man"], client=object())
+        open_dump(made["man"], client=object())
     p = save_dump(tmp_path / "x.npz", np.zeros((1, 2, 3)), np.zeros((1, 2, 3)))
-    assert isinstance(load_dump(p), Dump)  # ordinary dumps are untouched by the routing
+    with open_dump(p) as d:
+        assert isinstance(d, Dump)  # ordinary dumps are untouched by the routing

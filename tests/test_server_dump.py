@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 
 from fastspec.io import load_dump
 from fastspec.engines.vllm import free_port
-from fastspec.io.servers import (HttpClient, ServerError, VllmEngine, dump_from_servers, staging_dir,
-                                 union_bounds)
+from fastspec.io.servers import HttpClient, ServerError, VllmEngine
+from fastspec.server_dump import dump_from_servers, staging_dir, union_bounds
 from fastspec_cli.main import app
 
 runner = CliRunner()
@@ -266,7 +266,7 @@ def test_vllm_dump_matches_the_toy_models_and_simulate_and_inspect_read_it(fakes
             np.testing.assert_allclose(z["target_topk_logprobs"][i, t], np.sort(lp)[::-1][:8], rtol=1e-6)
             lq = _logprobs(7, seq[:len(p) + t])
             assert list(z["draft_topk_ids__near"][i, t]) == list(np.argsort(-lq, kind="stable")[:8])
-        from fastspec.io.servers import prompt_seed
+        from fastspec.server_dump import prompt_seed
 
         assert seq[len(p):] == fake._sample(p, 6, 1.0, prompt_seed(5, i))
     assert list(z["prompt_lengths"]) == [len(p) for p in PROMPTS]

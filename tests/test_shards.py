@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 
 import shardutil
 from fastspec import load_dump, save_dump
-from fastspec.acceptance import dump_acceptance
+from fastspec.acceptance import _chunk_acceptance, dump_acceptance
 from fastspec.io import Dump
-from fastspec.shards import ShardedDump, is_sharded, list_shards, load_any
+from fastspec.io.shards import ShardedDump, is_sharded, list_shards
+from fastspec.io import open_dump
 from fastspec.simulation import simulate
 from fastspec_cli.main import app
 
@@ -63,16 +64,16 @@ def test_structure_matches_merged(dense):
 def test_alpha_bitwise_equal_dense(dense, flags):
     merged, sdir, _ = dense
     want = dump_acceptance(merged, **flags)
-    _assert_same(ShardedDump(sdir).acceptance(**flags), want)
-    _assert_same(dump_acceptance(ShardedDump(sdir), **flags), want)  # the generic chunk path agrees too
-    _assert_same(ShardedDump(sdir).acceptance(max_bytes=3000, **flags), want)
+    _assert_same(dump_acceptance(ShardedDump(sdir), **flags), want)
+    _assert_same(_chunk_acceptance(ShardedDump(sdir), **flags), want)  # the generic chunk path agrees too
+    _assert_same(dump_acceptance(ShardedDump(sdir), max_bytes=3000, **flags), want)
 
 
 def test_alpha_bitwise_equal_sparse(sparse):
     merged, sdir, _ = sparse
-    _assert_same(ShardedDump(sdir).acceptance(), dump_acceptance(merged))
-    _assert_same(ShardedDump(sdir).acceptance(temperature=0.0, drafts=["far"]), dump_acceptance(merged, temperature=0.0,
-                                                                                          drafts=["far"]))
+    _assert_same(dump_acceptance(ShardedDump(sdir)), dump_acceptance(merged))
+    _assert_same(dump_acceptance(ShardedDump(sdir), temperature=0.0, drafts=["far"]),
+                 dump_acceptance(merged, temperature=0.0, drafts=["far"]))
 
 
 @pytest.mark.parametrize("max_bytes", [80, 2000, 40 * 2 * 13 * 3, 1 << 26])
@@ -121,7 +122,7 @@ def test_directory_of_npy_is_one_dump(tmp_path):
     os.makedirs(tmp_path / "one" / "sub")  # an extra subdirectory does not make it a shard set
     save_dump(str(tmp_path / "one" / "sub" / "x.npz"), t, d)
     assert not is_sharded(p)
-    with load_any(p) as x:
+    with open_dump(p) as x:
         assert isinstance(x, Dump) and x.N == 2
     with pytest.raises(ValueError, match="one dump"):
         list_shards(p)
@@ -134,10 +135,10 @@ def test_natural_order_and_ignored_entries(tmp_path):
     (tmp_path / "shards" / "README.txt").write_text("notes")
     os.makedirs(tmp_path / "shards" / "empty-dir")
     shutil.copy(paths[0], tmp_path / "shards" / ".hidden.npz")
-    s = load_any(sdir)
+    s = open_dump(sdir)
     assert isinstance(s, ShardedDump)
     assert [os.path.basename(p) for p in s.shards] == names
-    _assert_same(s.acceptance(), dump_acceptance(merged))
+    _assert_same(dump_acceptance(s), dump_acceptance(merged))
 
 
 def test_empty_directory(tmp_path):
@@ -149,7 +150,7 @@ def test_empty_directory(tmp_path):
 
 def test_explicit_list_of_paths(dense):
     merged, _, paths = dense
-    _assert_same(ShardedDump(paths).acceptance(), dump_acceptance(merged))
+    _assert_same(dump_acceptance(ShardedDump(paths)), dump_acceptance(merged))
     with pytest.raises(ValueError, match="at least one"):
         ShardedDump([])
 
@@ -199,7 +200,7 @@ def test_bad_values_stop_the_run_naming_the_shard(tmp_path):
     sdir = _poison(tmp_path, 7, np.nan, (1, 0, 5))  # global sequence 4 = shard b, sequence 1
     s = ShardedDump(sdir)  # structure is fine: values are checked as rows are read
     with pytest.raises(ValueError, match=r"shard 1 of 2: .*b: array 'target_logits': row \[1, 0\] contains NaN"):
-        s.acceptance()
+        dump_acceptance(s)
     with pytest.raises(ValueError, match=r"shard 1 of 2: .*b: array 'target_logits': NaN at index \[1, 0, 5\]"):
         s.validate()
     with pytest.raises(ValueError, match="shards/b"):
@@ -247,7 +248,7 @@ def test_cli_scheduler_without_dask(dense, monkeypatch):
 def test_library_does_not_import_dask():
     import subprocess
 
-    code = ("import sys, fastspec, fastspec.io, fastspec.shards, fastspec.distributed, fastspec.simulate; "
+    code = ("import sys, fastspec, fastspec.io, fastspec.io.shards, fastspec.distributed, fastspec.acceptance; "
             "print(sorted(m for m in ('dask', 'distributed', 'typer', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -270,7 +271,7 @@ def test_typed_shard_errors(tmp_path, dense):
     with pytest.raises(InvalidInput, match="threads_per_worker"):
         ShardedDump(dense[1], threads_per_worker=0)
     with pytest.raises(InvalidInput, match="no draft named 'zz'"):
-        ShardedDump(dense[1]).acceptance(drafts=["zz"])
+        dump_acceptance(ShardedDump(dense[1]), drafts=["zz"])
 
 
 def test_one_code_fingerprint():

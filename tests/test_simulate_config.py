@@ -67,10 +67,10 @@ def test_every_dump_speaks_the_protocol():
                           "lengths": np.array([5, 4])})
     assert d.prompt_tokens is None and d.costs is None and d.costs_differ is False
     assert not hasattr(d, "row_offset")
-    acc = d.acceptance(sampling=SamplingParams())
+    acc = fastspec.dump_acceptance(d, sampling=SamplingParams())
     np.testing.assert_array_equal(acc["a"].alpha, fastspec.dump_acceptance(d)["a"].alpha)
     with pytest.raises(InvalidInput, match="not both"):
-        d.acceptance(sampling=SamplingParams(), temperature=0.5)
+        fastspec.dump_acceptance(d, sampling=SamplingParams(), temperature=0.5)
 
 
 def test_rows_have_a_kind_and_sections():

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from fastspec import verify_logits
-from fastspec.ngram import NgramProposer
+from fastspec.ngram import NgramProposer, parse_ngram_draft
 from fastspec.params import SamplingParams
-from fastspec.simulation.ngram import ngram_replay, parse_ngram_draft
+from fastspec.simulation.ngram import ngram_replay
 
 
 def _dump(seed, N=5, T=40, V=12, greedy=True):

@@ -14,7 +14,7 @@ from fastspec import save_dump
 from fastspec.errors import InvalidInput, InvalidType
 from fastspec.ngram import MAX_NGRAM, NgramProposer
 from fastspec.simulation import simulate
-from fastspec.simulation.ngram import parse_ngram_draft
+from fastspec.ngram import parse_ngram_draft
 from fastspec_cli.main import app
 from test_simulate_ngram import _dump
 

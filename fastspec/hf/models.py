@@ -168,7 +168,7 @@ def check_vocab_size(target, draft, name: str = "draft") -> None:
 def parse_draft_specs(drafts: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
     """{name: MODEL} from a mapping, or from ``NAME=MODEL`` / ``MODEL`` strings (the name of a bare MODEL is
     ``exitL`` itself, ``ngram`` / ``ngramMIN-MAX`` (``ngram:MIN-MAX`` is named ``ngramMIN-MAX``; a named rule
-    by :func:`fastspec.simulation.ngram.ngram_name`, e.g. ``ngram.vllm`` -> ``ngram.vllm5-5``), or the file /
+    by :func:`fastspec.ngram.ngram_name`, e.g. ``ngram.vllm`` -> ``ngram.vllm5-5``), or the file /
     directory name without extension).  Names follow
     :func:`fastspec.io.check_draft_name` and must be distinct; an ``ngram...`` MODEL must parse
     (:func:`parse_ngram_spec`)."""
@@ -207,10 +207,10 @@ def parse_ngram_spec(spec: str) -> NgramProposer | None:
     """The prompt-lookup proposer (:mod:`fastspec.ngram`) of ``ngram`` (n-grams of 1..3 tokens, latest
     occurrence), ``ngramMIN-MAX`` (also ``ngram:MIN-MAX``, ``ngram[MIN-MAX]``) or a named rule (``ngram.vllm``,
     ``ngram.vllmMIN-MAX``, ``ngram.hf``, ``ngram.hfMAX``; the table in :mod:`fastspec.ngram`): the simulator's
-    parser (:func:`fastspec.simulation.ngram.parse_ngram_draft`); None when ``spec`` does not start with
+    parser (:func:`fastspec.ngram.parse_ngram_draft`); None when ``spec`` does not start with
     ``ngram``.  Its ``k`` is the largest draft length (:data:`fastspec.hf.args.MAX_K`): a loop proposing d tokens
     takes the first d (``dataclasses.replace(p, k=d)`` gives the same tokens)."""
-    from ..simulation.ngram import parse_ngram_draft
+    from ..ngram import parse_ngram_draft
 
     return parse_ngram_draft(str(spec).strip(), MAX_K)
 
@@ -224,7 +224,7 @@ def _bare_name(spec: str) -> str:
     except InvalidInput:  # refused with its message when the specifications are checked
         return "ngram"
     if ngram is not None:
-        from ..simulation.ngram import ngram_name
+        from ..ngram import ngram_name
 
         return "ngram" if spec.strip() == "ngram" else ngram_name(ngram)
     return os.path.splitext(os.path.basename(spec.rstrip("/")))[0]

@@ -68,10 +68,10 @@ def prediction_over_prompts(dump, drafts: Sequence[str], ks: Sequence[int], *, t
     Sampling parameters default to the dump's recorded ones.  Dense dumps only: a sparse dump has only bounds,
     and gives ``{}``."""
     from ..acceptance import dump_acceptance, expected_tokens_per_step
-    from ..io import load_dump
+    from ..io import open_dump
 
     out = {}
-    with load_dump(dump) as d:
+    with open_dump(dump) as d:
         if d.kind != "dense":
             return out
         accs = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
@@ -183,7 +183,7 @@ def _cost_table(costs, ngram: Mapping):
     name for it (``ngramMIN-MAX``), so that a draft named otherwise (``look=ngram:2-3``) is priced by its own
     measured call."""
     from ..costs import CostTable
-    from ..simulation.ngram import ngram_name
+    from ..ngram import ngram_name
 
     obj = CostTable.of(costs).as_dict()
     for name, p in ngram.items():
@@ -205,7 +205,7 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
     draft by :func:`fastspec.simulation.policy_eval.evaluate_policy` (``trials`` Monte-Carlo replays where it is
     not exact, ``seed``; :meth:`Prediction.policy_figures`); a sparse dump gives a note instead."""
     from ..simulation import simulate
-    from ..simulation.ngram import ngram_name
+    from ..ngram import ngram_name
 
     sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     drafts = list(drafts)
@@ -234,7 +234,7 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
 
 def _predict_policies(out: Prediction, dump, drafts, policies, sampling, trials, seed, *, priced: bool) -> None:
     """Fill ``out.policies`` (and ``out.policy_costs``) with every (model draft, policy)'s estimate."""
-    from ..io import load_dump
+    from ..io import open_dump
     from ..policies import parse_policies
     from ..simulation.policy_eval import DEFAULT_POLICY_TRIALS, evaluate_policy
 
@@ -248,7 +248,7 @@ def _predict_policies(out: Prediction, dump, drafts, policies, sampling, trials,
     if priced:
         out.policy_costs = out.costs
         if out.policy_costs is None:
-            with load_dump(dump) as d:
+            with open_dump(dump) as d:
                 out.policy_costs = d.costs
     given = {k: v for k, v in sampling.items() if v is not None}
     for draft in drafts:

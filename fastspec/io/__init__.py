@@ -50,27 +50,20 @@ Modules: :mod:`~fastspec.io.format` (names and rules), :mod:`~fastspec.io.source
 live), :mod:`~fastspec.io.zipdir` (an ``.npz``'s zip directory checked against its end records and local
 headers), :mod:`~fastspec.io.files` (what may be opened; chunk mappings), :mod:`~fastspec.io.crc` (CRC-32 on all
 cores), :mod:`~fastspec.io.structure`, :mod:`~fastspec.io.values` and :mod:`~fastspec.io.known` (the checks),
-:mod:`~fastspec.io.dump` (:class:`Dump`, :func:`load_dump`), :mod:`~fastspec.io.save` (:func:`save_dump`).
+:mod:`~fastspec.io.dump` (:class:`Dump`, :func:`load_dump`), :mod:`~fastspec.io.save` (:func:`save_dump`),
+:mod:`~fastspec.io.shards` (a directory of dumps seen as one), :mod:`~fastspec.io.llamacpp` (llama.cpp's
+``--kl-divergence-base`` files) and :mod:`~fastspec.io.opener` (:func:`open_dump`, the one opener of all of them:
+use it unless you need a format's own loader, e.g. :func:`load_dump`'s ``validate=``).  The package is formats
+only: it never imports an analysis (what a dump's numbers mean lives in :mod:`fastspec.acceptance` and above).
 """
 from __future__ import annotations
 
 from ..config import DEFAULT_CHUNK_BYTES
-from .dump import ArrayInfo, Chunk, Dump, DumpBase
-from .dump import load_dump as _load_dump
+from .dump import ArrayInfo, Chunk, Dump, DumpBase, load_dump
 from .format import DRAFT_NAME_PATTERN, check_draft_name
+from .opener import open_dump
 from .save import save_dump
+from .shards import ShardedDump
 
-
-def load_dump(path, *, validate: bool = False, max_bytes: int = DEFAULT_CHUNK_BYTES,
-              verify_integrity: bool = True):
-    """:func:`fastspec.io.dump.load_dump`, or for a llama.cpp ``--kl-divergence-base`` file or a JSON manifest of
-    such files, :func:`fastspec.io.llamacpp.load_llamacpp` (a :class:`~fastspec.io.llamacpp.LlamaCppDump`)."""
-    from .llamacpp import llamacpp_kind, load_llamacpp
-
-    if llamacpp_kind(path) is not None:
-        return load_llamacpp(path, validate=validate, max_bytes=max_bytes)
-    return _load_dump(path, validate=validate, max_bytes=max_bytes, verify_integrity=verify_integrity)
-
-__all__ = ["Dump", "DumpBase", "Chunk", "ArrayInfo", "load_dump", "save_dump", "DEFAULT_CHUNK_BYTES",
-           "DRAFT_NAME_PATTERN", "check_draft_name"]
-
+__all__ = ["open_dump", "Dump", "DumpBase", "ShardedDump", "Chunk", "ArrayInfo", "load_dump", "save_dump",
+           "DEFAULT_CHUNK_BYTES", "DRAFT_NAME_PATTERN", "check_draft_name"]

@@ -62,16 +62,17 @@ class Chunk:
 
 class DumpBase:
     """The dump protocol: what every consumer (the simulator, ``fastspec inspect``, the analyses) may read of
-    :class:`Dump` and :class:`fastspec.shards.ShardedDump`, and what they share.
+    :class:`Dump`, :class:`fastspec.io.shards.ShardedDump` and :class:`fastspec.io.llamacpp.LlamaCppDump`, and
+    what they share (:func:`fastspec.io.open_dump` opens any of them).
 
     Fields: ``path``, ``kind`` ("dense" or "sparse"), ``drafts`` (names), ``N``, ``T``, ``V``, ``k`` (sparse
     widths), ``lengths`` [N], ``tokens`` [N, T] or None, ``prompt_tokens`` [N, P] / ``prompt_lengths`` [N] or
     None, ``costs`` (a recorded :class:`fastspec.costs.CostTable` or None), ``costs_differ`` (True when parts of
     the dump recorded different tables), ``metadata``, ``arrays`` and ``size_on_disk``.  Methods:
-    :meth:`acceptance` (alpha of every valid position), ``iter_chunks``, :meth:`select_drafts`, ``describe``,
-    ``array_name`` and :meth:`close` (and use as a context manager).  Consumers read these directly: a field a
-    kind of dump lacks has its default here (None / False), never a probe.  A new kind of dump subclasses this
-    and overrides what differs (e.g. :meth:`acceptance` computed on a cluster).
+    ``iter_chunks``, :meth:`select_drafts`, ``describe``, ``array_name`` and :meth:`close` (and use as a context
+    manager).  Consumers read these directly: a field a kind of dump lacks has its default here (None / False),
+    never a probe.  A new kind of dump subclasses this and overrides what differs.  The format computes nothing:
+    the analyses read it (alpha of every valid position: :func:`fastspec.acceptance.dump_acceptance`).
 
     Subclasses set ``path``, ``kind``, ``drafts``, ``T``, ``rank3`` and provide ``arrays`` and ``array_name``.
     """
@@ -87,26 +88,17 @@ class DumpBase:
     #: the parsed ``provenance`` JSON object (where the numbers came from), or None
     provenance = None
 
-    def acceptance(self, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None, max_bytes=None,
-                   verify_integrity: bool | None = None, progress=None, sampling=None) -> dict:
-        """alpha at every valid position, per draft: :func:`fastspec.acceptance.dump_acceptance` of this dump
-        (same arguments; ``sampling``: an already resolved :class:`fastspec.params.SamplingParams` instead of the
-        settings one by one)."""
-        from ..acceptance import dump_acceptance
-
-        return dump_acceptance(self, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, drafts=drafts,
-                               max_bytes=max_bytes, verify_integrity=verify_integrity, progress=progress,
-                               sampling=sampling)
-
     def select_drafts(self, drafts=None) -> tuple:
         """The draft names to read: all (``None``) or the given ones (a name or a sequence of names), each of which
         the dump must hold, each once."""
         names = self.drafts if drafts is None else (drafts,) if isinstance(drafts, str) else tuple(drafts)
         for i, n in enumerate(names):
             if n not in self.drafts:
-                raise InvalidInput(f"{self.path}: no draft named {n!r}; the dump holds {', '.join(self.drafts)}")
+                raise InvalidInput(f"{self.path}: no draft named {n!r}; the dump holds {', '.join(self.drafts)}",
+                                   argument="drafts")
             if n in names[:i]:
-                raise InvalidInput(f"{self.path}: draft {n!r} is selected twice; name each draft once")
+                raise InvalidInput(f"{self.path}: draft {n!r} is selected twice; name each draft once",
+                                   argument="drafts")
         return names
 
     def chunk_rows(self, drafts, max_bytes: int) -> int:
@@ -177,12 +169,12 @@ class Dump(DumpBase):
         """A dump of in-memory ``arrays`` (named as in a file), with the structure checks of :func:`load_dump`
         (messages name ``path``); :meth:`validate` checks the values."""
         if not isinstance(arrays, Mapping):
-            raise InvalidType(f"arrays must be a mapping name -> array, got {type(arrays).__name__}")
+            raise InvalidType(f"arrays must be a mapping name -> array, got {type(arrays).__name__}", argument="arrays")
         sources = {}
         for name, a in arrays.items():
             a = np.asarray(a)
             if a.dtype.hasobject:
-                raise InvalidType(f"array {name!r}: object arrays are refused; give numeric arrays")
+                raise InvalidType(f"array {name!r}: object arrays are refused; give numeric arrays", argument="arrays")
             sources[name] = MemorySource(name, a)
         return cls(path, sources)
 
@@ -332,7 +324,7 @@ def load_dump(path, *, validate: bool = False, max_bytes: int = DEFAULT_CHUNK_BY
     try:
         path = os.fspath(path)
     except TypeError:
-        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}", argument="path") from None
     if validate:
         check_max_bytes(max_bytes)
     sources, zf = open_sources(path)

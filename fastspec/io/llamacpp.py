@@ -69,8 +69,8 @@ named by a small JSON manifest (first non-blank byte ``{``), paths relative to t
     {"target": "f16.kld", "drafts": {"q4": "q4_0.kld", "small": "1b.kld"}}
 
 Each draft file must be ``llama-perplexity --kl-divergence-base`` of the draft model over the same text with the same
-``-c`` (same ``n_ctx``, ``n_chunk``, ``n_vocab`` and tokens, checked).  :func:`fastspec.io.load_dump` and
-:func:`fastspec.load_any` route both to :func:`load_llamacpp`.
+``-c`` (same ``n_ctx``, ``n_chunk``, ``n_vocab`` and tokens, checked).  :func:`fastspec.open_dump` routes both
+to :func:`load_llamacpp`.
 """
 from __future__ import annotations
 
@@ -265,7 +265,7 @@ class LlamaCppDump(DumpBase):
 
     def __init__(self, target, drafts: Mapping[str, str] | None = None, *, path=None, tail: str = "drop"):
         if tail not in TAILS:
-            raise InvalidInput(f"tail must be one of {', '.join(TAILS)}, got {tail!r}")
+            raise InvalidInput(f"tail must be one of {', '.join(TAILS)}, got {tail!r}", argument="tail")
         self.tail = tail
         target = os.fspath(target)
         drafts = {check_draft_name(n): os.fspath(f) for n, f in (drafts or {}).items()}
@@ -393,7 +393,8 @@ def load_llamacpp(path=None, *, target=None, drafts: Mapping[str, str] | None = 
     check every row now.  Raises DumpFormatError (naming the file and field) / DumpNotFound."""
     if path is not None:
         if target is not None or drafts:
-            raise InvalidInput("give either a path (base file or manifest) or target= and drafts=, not both")
+            raise InvalidInput("give either a path (base file or manifest) or target= and drafts=, not both",
+                               argument="path")
         path = os.fspath(path)
         kind = llamacpp_kind(path)
         if kind is None:
@@ -405,7 +406,7 @@ def load_llamacpp(path=None, *, target=None, drafts: Mapping[str, str] | None = 
         else:
             target, drafts = path, {}
     elif target is None:
-        raise InvalidInput("give a path, or target= (and drafts=)")
+        raise InvalidInput("give a path, or target= (and drafts=)", argument="path")
     d = LlamaCppDump(target, drafts, path=path, tail=tail)
     if validate:
         d.validate(max_bytes=max_bytes)

@@ -19,7 +19,7 @@ _LAYOUTS = ("auto", "npz", "dir")
 def _role_arrays(out: dict, role: str, draft: str | None, value, argname: str) -> None:
     if isinstance(value, tuple):
         if len(value) != 2:
-            raise InvalidInput(f"{argname}: a sparse role is a pair (topk_ids, topk_logprobs)")
+            raise InvalidInput(f"{argname}: a sparse role is a pair (topk_ids, topk_logprobs)", argument=argname)
         for kind, part in zip(SPARSE_KINDS, value, strict=True):
             out[array_name(role, kind, draft)] = np.asarray(part)
     else:
@@ -46,7 +46,7 @@ def _dump_arrays(target, drafts, tokens, lengths, meta) -> dict[str, np.ndarray]
 
 def _costs_array(costs) -> np.ndarray:
     """The 0-d string array ``costs`` from a :class:`fastspec.costs.CostTable`, a dict or JSON text (validated)."""
-    from ..costs import CostTable
+    from ..costs.table import CostTable
 
     if isinstance(costs, CostTable):
         table = costs
@@ -55,7 +55,8 @@ def _costs_array(costs) -> np.ndarray:
     elif isinstance(costs, Mapping):
         table = CostTable.from_dict(costs)
     else:
-        raise InvalidType(f"costs must be a fastspec.costs.CostTable, a dict or JSON text, got {type(costs).__name__}")
+        raise InvalidType(f"costs must be a fastspec.costs.CostTable, a dict or JSON text, got {type(costs).__name__}",
+                          argument="costs")
     return np.asarray(table.to_json())
 
 
@@ -66,7 +67,7 @@ def _known_arrays(out: dict, sampled_logprobs, extras) -> None:
             continue
         if not isinstance(given, Mapping):
             raise InvalidType(f"{argname} must be a mapping 'target' or draft name -> array(s), got "
-                              f"{type(given).__name__}")
+                              f"{type(given).__name__}", argument=argname)
         for who, value in given.items():
             if who != "target":
                 check_draft_name(who, f"{argname}: name")
@@ -75,7 +76,7 @@ def _known_arrays(out: dict, sampled_logprobs, extras) -> None:
                 out[array_name(role, "sampled_logprob", draft)] = np.asarray(value)
                 continue
             if not isinstance(value, tuple) or len(value) != 2:
-                raise InvalidInput(f"extras[{who!r}]: a pair (extra_ids, extra_logprobs)")
+                raise InvalidInput(f"extras[{who!r}]: a pair (extra_ids, extra_logprobs)", argument="extras")
             out[array_name(role, "extra_ids", draft)] = np.asarray(value[0])
             out[array_name(role, "extra_logprobs", draft)] = np.asarray(value[1])
 
@@ -87,9 +88,10 @@ def _provenance_array(provenance) -> np.ndarray:
         try:
             text = json.dumps(provenance, allow_nan=False, sort_keys=True)
         except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"provenance: not JSON-serializable ({exc})") from None
+            raise InvalidInput(f"provenance: not JSON-serializable ({exc})", argument="provenance") from None
     else:
-        raise InvalidType(f"provenance must be a dict or JSON text, got {type(provenance).__name__}")
+        raise InvalidType(f"provenance must be a dict or JSON text, got {type(provenance).__name__}",
+                          argument="provenance")
     return np.asarray(text)
 
 
@@ -115,13 +117,13 @@ def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=No
     try:
         path = os.fspath(path)
     except TypeError:
-        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+        raise InvalidType(f"path must be a str or os.PathLike, got {type(path).__name__}", argument="path") from None
     if layout not in _LAYOUTS:
-        raise InvalidInput(f"layout must be 'auto', 'npz' or 'dir', got {layout!r}")
+        raise InvalidInput(f"layout must be 'auto', 'npz' or 'dir', got {layout!r}", argument="layout")
     if layout == "auto":
         layout = "npz" if path.endswith(".npz") else "dir"
     if layout == "npz" and not path.endswith(".npz"):
-        raise InvalidInput(f"path {path!r}: an npz layout needs a name ending in .npz")
+        raise InvalidInput(f"path {path!r}: an npz layout needs a name ending in .npz", argument="path")
     meta = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, vocab_size=vocab_size,
                 prompt_tokens=prompt_tokens, prompt_lengths=prompt_lengths,
                 ignore_eos=None if ignore_eos is None else bool(ignore_eos))

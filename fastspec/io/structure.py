@@ -296,7 +296,7 @@ def _costs(file, src, verify):
     """The recorded cost table (:class:`fastspec.costs.CostTable`) from the 0-d string array ``costs``."""
     if src is None:
         return None
-    from ..costs import CostTable
+    from ..costs.table import CostTable
 
     if src.shape not in ((), (1,)) or src.dtype.kind != "U":
         raise format_error(file, f"array 'costs': must be a 0-d string array holding the cost table's JSON, got "

@@ -55,7 +55,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..acceptance import alpha_summary, resolve_sampling
+from ..acceptance import alpha_summary, dump_acceptance, resolve_sampling
 from ..config import AGREEMENT_FALSE_ALARM, AGREEMENT_Z  # AGREEMENT_Z: deprecated, unused (fastspec.config)
 from ..errors import InvalidInput, InvalidType
 from ..stats import batch_means_ci
@@ -67,7 +67,8 @@ from .argmax import argmax_acceptance
 from .policy_eval import PolicyEstimate, evaluate_policy
 from .policy_rows import POLICY_ASSUMPTION, check_policy_drafts, policy_rows
 from .policy_search import PolicySearch, search_policies
-from .ngram import NGRAM_ASSUMPTION, NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
+from ..ngram import NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
+from .ngram import NGRAM_ASSUMPTION
 from .results import (ARGMAX_ASSUMPTION, ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
                       SimulationResult, sampling_warnings)
 from .speedup import FlagPricing, TablePricing, best_overall, best_per_draft, verdict
@@ -120,13 +121,9 @@ def _open(dump, client, verify_integrity):
         return dump, False
     if not isinstance(dump, (str, bytes, os.PathLike)):
         raise InvalidType(f"dump must be a path or an open fastspec.io.Dump, got {type(dump).__name__}")
-    if client is not None or os.path.isdir(os.fspath(dump)):  # a directory of shards / a Dask client
-        from ..shards import load_any
+    from ..io import open_dump
 
-        return load_any(dump, client=client, verify_integrity=verify_integrity), True
-    from ..io import load_dump
-
-    return load_dump(dump, verify_integrity=verify_integrity), True
+    return open_dump(dump, client=client, verify_integrity=verify_integrity), True
 
 
 def simulate(dump, config: SimulateConfig | None = None, *, client=None,
@@ -206,7 +203,7 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
         if not names:
             accs = {}
         else:  # the dump's own pass (a sharded dump computes alpha on a cluster); sampling resolved once, above
-            accs = d.acceptance(sampling=sp, drafts=names, progress=tick)
+            accs = dump_acceptance(d, sampling=sp, drafts=names, progress=tick)
         lengths = d.lengths.astype(np.int64)
         row_ids = np.arange(d.N, dtype=np.int64)
         flags = pricing.model if isinstance(pricing, FlagPricing) else None

@@ -23,95 +23,22 @@ plain time / expected time for the same tokens.
 """
 from __future__ import annotations
 
-import dataclasses
-import re
-
 import numpy as np
 
 from .._kernels.process import probabilities_at
 from .._kernels.replay import (N_STEPWISE, SW_ACCEPTED, SW_ALL_ACCEPTED, SW_DRAFTED, SW_OFF_RECORD, SW_PLAIN,
                                SW_STEPS, SW_TIME, expected_counts_stepwise)
-from ..errors import InvalidInput, shown
-from ..ngram import MAX_NGRAM, PRESETS, NgramProposer, preset
+from ..errors import InvalidInput
+from ..ngram import NgramProposer, ngram_name
 from ..processing import kernel_view
 from ..stats import ratio_ci
 
-__all__ = ["ngram_replay", "parse_ngram_draft", "ngram_name", "NGRAM_ASSUMPTION", "NGRAM_GRAMMAR"]
+__all__ = ["ngram_replay", "NGRAM_ASSUMPTION"]
 
 NGRAM_ASSUMPTION = ("n-gram draft: proposals from the recorded prompt + generated tokens; draft j of a step is "
                     "accepted with the recorded target probability of the proposed token (q one-hot); exact under "
                     "greedy decoding, otherwise it assumes the context stays the recorded one after an accepted "
                     "draft (off_record: the expected share of accepted drafts that differ from the recording)")
-
-
-#: the grammar, as error messages and help texts state it (fastspec.ngram's module docstring has the table)
-NGRAM_GRAMMAR = ("ngram or ngramMIN-MAX (fastspec's rule: latest occurrence, n from 1 to 3 by default), or a named "
-                 "rule: ngram.vllm, ngram.vllmN, ngram.vllmMIN-MAX (vLLM's: earliest occurrence, both bounds 5 by "
-                 "default), ngram.hf, ngram.hfMAX (Hugging Face prompt lookup: earliest, n from 1 to 2 by default)")
-
-_SPEC = re.compile(r"ngram(?:\.([a-z]+))?(.*)", re.DOTALL)
-
-
-def parse_ngram_draft(spec, k: int) -> NgramProposer | None:
-    """The one parser of n-gram draft specifications (the ``--draft`` of ``simulate``, ``measure`` and ``dump``,
-    :func:`fastspec.simulate`'s ``drafts``, :func:`fastspec.hf.parse_ngram_spec`); the grammar is the table in
-    :mod:`fastspec.ngram`'s docstring:
-
-    ``"ngram"`` -> n in [1, 3], latest occurrence; ``"ngramA-B"``, ``"ngram:A-B"`` or ``"ngram[A-B]"`` -> n in
-    [A, B]; ``"ngram.RULE"``, ``"ngram.RULEN"``, ``"ngram.RULEA-B"`` -> :func:`fastspec.ngram.preset` (RULE: vllm,
-    hf, fastspec) with the bounds given; an :class:`~fastspec.ngram.NgramProposer` -> itself with this ``k``; a spec
-    not starting with "ngram" -> None (a model draft's name).  Anything else starting with "ngram": InvalidInput
-    naming the spec and the grammar."""
-    if isinstance(spec, NgramProposer):
-        return dataclasses.replace(spec, k=k)
-    if not isinstance(spec, str) or not spec.startswith("ngram"):
-        return None
-    m = _SPEC.fullmatch(spec)
-    rule, rest = m.group(1), m.group(2)
-    if rule is not None and rule not in PRESETS:
-        raise InvalidInput(f"draft {shown(spec)}: unknown n-gram rule {rule!r}; use {', '.join(PRESETS)} "
-                           f"({NGRAM_GRAMMAR})")
-    if rule is None:
-        rest = rest.lstrip(":")
-    if rest.startswith("[") and rest.endswith("]"):
-        rest = rest[1:-1]
-    lo, sep, hi = rest.partition("-")
-    if rest and not (_decimal(lo) and (not sep and rule in ("vllm", "hf") or sep and _decimal(hi))):
-        raise InvalidInput(f"draft {shown(spec)}: write {NGRAM_GRAMMAR}, with decimal digits (e.g. ngram1-3, "
-                           "ngram.vllm)")
-    bounds = [int(v) for v in ((lo, hi) if sep else (lo,) if rest else ())]
-    for n in bounds:
-        if not 1 <= n <= MAX_NGRAM:
-            raise InvalidInput(f"draft {shown(spec)}: n-gram lengths must lie in [1, {MAX_NGRAM}] (e.g. ngram1-3)")
-    if len(bounds) == 2 and bounds[0] > bounds[1]:
-        raise InvalidInput(f"draft {shown(spec)}: MIN {bounds[0]} is greater than MAX {bounds[1]}; write "
-                           "ngramMIN-MAX (e.g. ngram1-3)")
-    if rule is None:
-        return NgramProposer(k) if not bounds else NgramProposer(k, bounds[0], bounds[1])
-    if rule == "hf":
-        if len(bounds) == 2 and bounds[0] != 1:
-            raise InvalidInput(f"draft {shown(spec)}: Hugging Face prompt lookup has no minimum n-gram length "
-                               "(n runs down to 1): write ngram.hfMAX or ngram.hf1-MAX")
-        return preset("hf", max_n=bounds[-1] if bounds else None, k=k)
-    if len(bounds) == 1:
-        return preset(rule, bounds[0], bounds[0], k=k) if rule == "vllm" else None  # fastspec: refused above
-    return preset(rule, *bounds, k=k) if bounds else preset(rule, k=k)
-
-
-def _decimal(text: str) -> bool:
-    """ASCII digits only, at most 6 (``str.isdigit`` also accepts superscripts such as '²', which ``int`` refuses)."""
-    return text.isascii() and text.isdigit() and len(text) <= 6
-
-
-def ngram_name(proposer: NgramProposer) -> str:
-    """The draft name of an n-gram proposer in results and cost tables; it says the rule and parses back to the
-    same proposer (:func:`parse_ngram_draft`): ``"ngram1-3"`` (fastspec's rule, latest occurrence),
-    ``"ngram.vllm5-5"`` (the earliest occurrence: vLLM's rule, also a hand-built ``occurrence="earliest"``),
-    ``"ngram.hf1-2"`` (the ``hf`` preset)."""
-    if proposer.occurrence == "latest":
-        return f"ngram{proposer.min_n}-{proposer.max_n}"
-    rule = "hf" if proposer.preset == "hf" else "vllm"
-    return f"ngram.{rule}{proposer.min_n}-{proposer.max_n}"
 
 
 def _contexts(d):

@@ -341,13 +341,9 @@ def _open_dump(dump):
         return dump, False
     if not isinstance(dump, (str, bytes, os.PathLike)):
         raise InvalidType(f"dump must be a path or an open fastspec.io.Dump, got {type(dump).__name__}")
-    if os.path.isdir(os.fspath(dump)):
-        from ..shards import load_any
+    from ..io import open_dump
 
-        return load_any(dump), True
-    from ..io import load_dump
-
-    return load_dump(dump), True
+    return open_dump(dump), True
 
 
 def check_trials(trials) -> int:

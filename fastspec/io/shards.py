@@ -23,12 +23,9 @@ same either way).  That order defines the global row ids.
 
 The heavy pass
 --------------
-:meth:`ShardedDump.acceptance` computes the per-position α (dense) or α interval (sparse) for every draft
-of every shard with :func:`fastspec.acceptance.dump_acceptance`: without a client it loops over the shards
-here; with a ``dask.distributed.Client`` each shard is one task on the cluster (:mod:`fastspec.distributed`;
-dask is imported only then).  Either way the numbers are bitwise those of the merged dump, and a shard with bad
-data stops the run with ``DumpFormatError("shard i of S: <the loader's message, which names the file, array and
-index>")``; no partial result is returned.
+This module is the format only.  The α pass over a shard set (per shard, bitwise the numbers of the merged dump;
+one task per shard on a Dask cluster when the set was opened with a ``client``) is an analysis:
+:func:`fastspec.acceptance.dump_acceptance` dispatches to it (:mod:`fastspec.distributed` runs the tasks).
 
 Token-mode simulation reads the logits on the client, shard after shard (:meth:`ShardedDump.iter_chunks`), with
 global row ids, so its output equals the single-machine run too; only the α pass is distributed.
@@ -41,14 +38,13 @@ from typing import Iterator
 
 import numpy as np
 
-from .distributed import TASK_PREFIX, alpha_task, check_part, run_on_cluster
-from .errors import DumpFormatError, DumpNotFound, FastspecError, InvalidInput, check_int
-from .io import DEFAULT_CHUNK_BYTES, ArrayInfo, Chunk, Dump, DumpBase, load_dump
-from .io.dump import check_max_bytes
-from .io.files import DIRECTORY, REGULAR, entry_kind
-from .io.format import kinds_of
+from ..config import DEFAULT_CHUNK_BYTES
+from ..errors import DumpFormatError, DumpNotFound, FastspecError, InvalidInput, check_int
+from .dump import ArrayInfo, Chunk, Dump, DumpBase, load_dump
+from .files import DIRECTORY, REGULAR, entry_kind
+from .format import kinds_of
 
-__all__ = ["ShardedDump", "load_any", "is_sharded", "list_shards", "TASK_PREFIX"]
+__all__ = ["ShardedDump", "is_sharded", "list_shards"]
 
 
 def _natural_key(name: str):
@@ -102,10 +98,10 @@ def list_shards(path, *, strict: bool = True) -> list[str]:
     if not os.path.isdir(path):
         if not os.path.exists(path):
             raise DumpNotFound(f"{path}: no such file or directory")
-        raise InvalidInput(f"{path}: not a directory of shards")
+        raise InvalidInput(f"{path}: not a directory of shards", argument="path")
     if _has_npy(path):
         raise InvalidInput(f"{path}: holds .npy files, so it is one dump (directory of .npy), not a directory of "
-                           "shards")
+                           "shards", argument="path")
     out, refused = _scan(path)
     if refused:
         raise DumpFormatError(f"{path}: entry {refused[0]}; a shard set holds .npz files and directories of .npy "
@@ -114,26 +110,6 @@ def list_shards(path, *, strict: bool = True) -> list[str]:
         raise DumpFormatError(f"{path}: no shards found; expected .npz files or subdirectories of .npy files "
                               "(or .npy files, for a single dump)")
     return [os.path.join(path, f) for f in sorted(out, key=_natural_key)]
-
-
-def load_any(path, *, client=None, threads_per_worker: int | None = None, retries: int = 2,
-             verify_integrity: bool = True):
-    """Open ``path`` as a :class:`fastspec.io.Dump` or, for a directory of shards, a :class:`ShardedDump`.
-
-    With a ``client``, a single dump is opened as a one-shard :class:`ShardedDump` so that its α pass
-    runs on the cluster as well.  ``verify_integrity``: as in :func:`fastspec.io.load_dump`.
-    """
-    path = os.fspath(path)
-    sharded = is_sharded(path)
-    if client is not None and not sharded:
-        from .io.llamacpp import llamacpp_kind
-
-        if llamacpp_kind(path) is not None:
-            raise InvalidInput(f"{path}: llama.cpp base files are read on this machine; run without a scheduler")
-    if sharded or client is not None:
-        return ShardedDump(path if sharded else [path], client=client, threads_per_worker=threads_per_worker,
-                           retries=retries, verify_integrity=verify_integrity)
-    return load_dump(path, verify_integrity=verify_integrity)
 
 
 def _in_shard(i: int, S: int, path: str | None, exc: Exception) -> Exception:
@@ -183,18 +159,19 @@ class ShardedDump(DumpBase):
     """Several dumps with the same layout, seen as one (module docstring).
 
     ``source``: a directory of shards, or a sequence of dump paths (taken in the given order).
-    ``client``: optional ``dask.distributed.Client`` used by :meth:`acceptance`; ``threads_per_worker``: Numba
-    threads per task on the cluster (default: the host's cores shared by its workers); ``retries``: reruns of a
-    task that raised (:mod:`fastspec.distributed`); ``verify_integrity``: whether reads check the CRC-32 of
-    stored ``.npz`` members (as in :func:`fastspec.io.load_dump`; a call's own argument wins).
+    ``client``: optional ``dask.distributed.Client`` the α pass runs on (:func:`fastspec.acceptance.dump_acceptance`;
+    this module only keeps it); ``threads_per_worker``: Numba threads per task on the cluster (default: the host's
+    cores shared by its workers); ``retries``: reruns of a task that raised (:mod:`fastspec.distributed`);
+    ``verify_integrity``: whether reads check the CRC-32 of stored ``.npz`` members (as in
+    :func:`fastspec.io.load_dump`; a call's own argument wins).
 
     Attributes like :class:`fastspec.io.Dump`: ``path``, ``kind``, ``drafts``, ``N`` (total), ``T``, ``V``,
     ``k``, ``lengths`` (concatenated), ``tokens`` (concatenated or None), ``prompt_tokens`` / ``prompt_lengths``
     (concatenated, padded to the widest shard, or None), ``costs`` (the first recorded cost table or None;
     ``costs_differ`` when another shard recorded a different one or none), ``metadata``, ``arrays`` (shapes
     with the total N), ``size_on_disk``; plus ``shards`` (paths), ``offsets`` (first global sequence of each
-    shard, and N at the end) and ``last_run`` (how the last :meth:`acceptance` ran).  Only headers and the small
-    arrays are read when opening; no shard stays open.
+    shard, and N at the end) and ``last_run`` (how the last α pass over the set ran; the analysis sets it).  Only
+    headers and the small arrays are read when opening; no shard stays open.
     """
 
     def __init__(self, source, *, client=None, threads_per_worker: int | None = None, retries: int = 2,
@@ -205,7 +182,7 @@ class ShardedDump(DumpBase):
         else:
             paths = [os.fspath(p) for p in source]
             if not paths:
-                raise InvalidInput("ShardedDump: give at least one shard")
+                raise InvalidInput("ShardedDump: give at least one shard", argument="source")
             self.path = os.path.dirname(paths[0]) if len(paths) > 1 else paths[0]
         self.client = client
         self.threads_per_worker = None if threads_per_worker is None else check_int("threads_per_worker",
@@ -351,50 +328,6 @@ class ShardedDump(DumpBase):
     def __repr__(self):
         return (f"ShardedDump({self.path!r}, shards={len(self.shards)}, kind={self.kind}, drafts={list(self.drafts)}, "
                 f"N={self.N}, T={self.T}, V={self.V})")
-
-    # ---- the heavy pass --------------------------------------------------------------------------------
-    def acceptance(self, *, temperature=None, top_k=None, top_p=None, min_p=None, drafts=None, max_bytes=None,
-                   client=None, verify_integrity: bool | None = None, progress=None, sampling=None) -> dict:
-        """:func:`fastspec.acceptance.dump_acceptance` over every shard, assembled in shard order.
-
-        Same arguments and result (``{draft: DraftAcceptance}`` with [N, T] arrays) as ``dump_acceptance``;
-        bitwise the same numbers.  ``client`` (default: the one given when opening) runs one task per
-        shard on a Dask cluster (:func:`fastspec.distributed.run_on_cluster`); without one, the shards are
-        processed here, one after another.  ``progress(n)``: called with the positions (N_i T) of each shard as it
-        is done (on a cluster: when the run is done), as in ``dump_acceptance``.
-        """
-        from .acceptance import DraftAcceptance, _given_or_resolved
-
-        names = self.select_drafts(drafts)
-        # bad settings fail here, before any task; every shard has the same metadata, so the same resolution
-        sampling = _given_or_resolved(self, sampling, temperature, top_k, top_p, min_p)
-        verify = self.verify_integrity if verify_integrity is None else bool(verify_integrity)
-        params = dict(sampling=sampling, drafts=names,
-                      max_bytes=None if max_bytes is None else check_max_bytes(max_bytes), verify_integrity=verify)
-        client = client if client is not None else self.client
-        S = len(self.shards)
-        expect = [(s.N, self.T) for s in self._info]
-        if client is None:
-            parts = []
-            for i, p in enumerate(self.shards):
-                parts.append(alpha_task(p, params, None, expect[i]))
-                check_part(parts[-1], i, S)
-                if progress is not None:
-                    progress(expect[i][0] * self.T)
-            self.last_run = {"scheduler": None, "tasks": S}
-        else:
-            parts, self.last_run = run_on_cluster(client, self.shards, params, expect,
-                                                  threads_per_worker=self.threads_per_worker, retries=self.retries)
-            if progress is not None:
-                progress(self.N * self.T)
-        valid = np.arange(self.T)[None, :] < self.lengths[:, None]
-
-        def joined(n, j):
-            return np.concatenate([p["arrays"][n][j] for p in parts], axis=0)
-
-        if self.kind == "dense":
-            return {n: DraftAcceptance(n, valid, alpha=joined(n, 0)) for n in names}
-        return {n: DraftAcceptance(n, valid, lower=joined(n, 0), upper=joined(n, 1)) for n in names}
 
 
 def _rows(x, a, b):

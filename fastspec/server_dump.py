@@ -1,4 +1,6 @@
-"""A sparse dump from running servers: :func:`dump_from_servers`.
+"""A sparse dump from running servers: :func:`dump_from_servers` (the pipeline of ``fastspec dump-server``; the
+wire formats it speaks are in :mod:`fastspec.io.servers`, the tight-bounds report it writes is an analysis, so the
+pipeline sits above both).
 
 For prompt i the target server samples a continuation (seed :func:`prompt_seed` (seed, i), at most
 ``max_new_tokens`` tokens; exactly that many with ``ignore_eos``); then the target and every draft server score
@@ -37,12 +39,15 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..files import atomic_write_text
-from ...errors import InvalidInput, check_int
-from ..format import LOGPROBS_MODES, check_draft_name
-from ..save import save_dump
-from .client import HttpClient, ServerError
-from .engines import make_engine
+from .acceptance import dump_acceptance
+from .errors import InvalidInput, check_int
+from .io import open_dump
+from .io.files import atomic_write_text
+from .io.format import LOGPROBS_MODES, check_draft_name
+from .io.save import save_dump
+from .io.servers.client import HttpClient, ServerError
+from .io.servers.engines import make_engine
+from .params import SamplingParams
 
 __all__ = ["dump_from_servers", "ServerDumpResult", "prompt_seed", "staging_dir", "LOGPROBS_MODES",
            "union_bounds"]
@@ -89,8 +94,6 @@ def _check_out(out) -> str:
 
 
 def _check_sampling(sampling: Mapping | None) -> dict:
-    from ...params import SamplingParams
-
     s = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     if sampling is not None:
         unknown = set(sampling) - set(s)
@@ -415,11 +418,8 @@ def _extra_arrays(done, roles, arrays, lengths) -> dict:
 
 def _tight_report(path, roles) -> dict:
     """Mean alpha interval per draft from the plain top-k lists and from everything the dump knows."""
-    from ...acceptance import dump_acceptance
-    from ..dump import load_dump
-
     rep = {}
-    with load_dump(path) as d:
+    with open_dump(path) as d:
         plain = dump_acceptance(d, beyond_topk=False)
         known = dump_acceptance(d)
     for name in roles:
