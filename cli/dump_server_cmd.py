@@ -2,6 +2,7 @@
 SGLang), for models too big to run here (:func:`fastspec.io.servers.dump_from_servers`)."""
 from __future__ import annotations
 
+import os
 import warnings
 from typing import List, Optional
 
@@ -10,6 +11,9 @@ import typer
 from ._app import app
 from ._common import fail, print_json, progress_bar, stderr_console
 from ._hf import sigterm_as_interrupt
+
+#: the exit code of an interrupt (Ctrl-C, SIGTERM): 128 + SIGINT, what typer gives every command's Ctrl-C
+EXIT_INTERRUPTED = 130
 from ._options import (SEED_HELP, check_model_seed, json_option, min_p_option, option_errors, seed_option,
                        temperature_option, top_k_option, top_p_option)
 
@@ -82,7 +86,7 @@ def dump_server_command(
 ) -> None:
     """Sample continuations on the target server, score them teacher-forced on every server, write a sparse dump
     (resumable: rerun the same command after an interruption)."""
-    from fastspec.io.servers import check_timeout, check_url, dump_from_servers
+    from fastspec.io.servers import check_timeout, check_url, dump_from_servers, staging_dir
 
     if engine not in ("vllm", "sglang"):
         fail(f"--engine {engine}: use vllm or sglang")
@@ -129,7 +133,7 @@ def dump_server_command(
     start, advance, _, stop = progress_bar(console, "prompts (sample + score)", len(ids), every=1)
     start()
     # Ctrl-C (and SIGTERM, turned into the same KeyboardInterrupt) stops every request and retry at once; the
-    # finished prompts stay staged and the CLI's boundary prints "interrupted" and exits 1, as every command does
+    # finished prompts stay staged.  Exit 130, the code typer gives every other command's Ctrl-C, with one line
     try:
         with warnings.catch_warnings(record=True) as caught, sigterm_as_interrupt():
             warnings.simplefilter("always")
@@ -138,6 +142,15 @@ def dump_server_command(
                                     seed=seed, top_logprobs=top_logprobs, engine=engine,
                                     logprobs_mode=logprobs_mode, tight=tight, concurrency=concurrency,
                                     timeout=timeout, retries=retries, progress=advance, models=models)
+    except KeyboardInterrupt:
+        stop()
+        staging = staging_dir(out)
+        try:
+            n = sum(name.startswith("prompt-") for name in os.listdir(staging))
+        except OSError:
+            n = 0
+        fail(f"interrupted; {n} finished prompt{'' if n == 1 else 's'} staged in {staging}: rerun the same command "
+             "to resume", EXIT_INTERRUPTED)
     finally:
         stop()
     for w in caught:

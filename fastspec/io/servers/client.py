@@ -287,9 +287,13 @@ class HttpClient:
                     raise _Late
                 sock.settimeout(left)
                 chunk = resp.read1(_CHUNK)
+                if self.stop.is_set():
+                    raise Stopped("stopped")
                 if time.monotonic() > deadline:
                     raise _Late
                 if not chunk:
+                    if resp.length:   # read1 does not raise on a body cut short of its Content-Length
+                        raise http.client.IncompleteRead(b"".join(chunks), resp.length)
                     break
                 got += len(chunk)
                 chunks.append(chunk)
