@@ -219,7 +219,14 @@ class Fake:
             def do_POST(self):
                 self._do("POST")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), H)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                import sys
+
+                if not isinstance(sys.exc_info()[1], OSError):   # a client that hung up is not news
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", port), H)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}"

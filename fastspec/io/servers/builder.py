@@ -265,8 +265,9 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     probes = {role: e.vocab_probe() for role, e in engines.items()}
     for role, pr in probes.items():
         if role != "target" and pr != probes["target"]:
-            raise InvalidInput(f"draft {role!r} ({servers[role]['model']} at {servers[role]['url']}) and the target "
-                               f"({servers['target']['model']} at {servers['target']['url']}) tokenize differently: "
+            raise InvalidInput(f"draft {role!r} ({servers[role]['model']!r} at {servers[role]['url']}) and the "
+                               f"target ({servers['target']['model']!r} at {servers['target']['url']}) tokenize "
+                               "differently: "
                                "a dump needs one vocabulary")
     # the staging directory and the resume
     staging = staging_dir(out)

@@ -107,7 +107,8 @@ def check_timeout(timeout, what: str = "timeout") -> float:
 
 
 def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
+    """``text`` on one line, unprintable characters as '?', at most ``limit`` characters (then '...')."""
+    text = "".join(c if c.isprintable() else "?" for c in " ".join(str(text).split()))
     return text if len(text) <= limit else text[:limit] + "..."
 
 
