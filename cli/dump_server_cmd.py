@@ -11,11 +11,11 @@ import typer
 from ._app import app
 from ._common import fail, print_json, progress_bar, stderr_console
 from ._hf import sigterm_as_interrupt
+from ._options import (SEED_HELP, check_model_seed, json_option, min_p_option, option_errors, seed_option,
+                       temperature_option, top_k_option, top_p_option)
 
 #: the exit code of an interrupt (Ctrl-C, SIGTERM): 128 + SIGINT, what typer gives every command's Ctrl-C
 EXIT_INTERRUPTED = 130
-from ._options import (SEED_HELP, check_model_seed, json_option, min_p_option, option_errors, seed_option,
-                       temperature_option, top_k_option, top_p_option)
 
 
 def _read_token_prompts(path: str) -> list:

@@ -158,7 +158,7 @@ def _generate_hook(replace):
     (lambda o: dict(o, choices=[dict(o["choices"][0], token_ids=[5, True, 6])]), "not a token id"),
     (lambda o: dict(o, choices=["x"]), "no choices"),
     (lambda o: dict(o, choices={"0": 1}), "no choices"),
-    (lambda o: [1, 2], "no choices"),
+    (lambda _o: [1, 2], "no choices"),
 ])
 def test_item7_9_bad_continuations_exit_1(hostile, tmp_path, replace, message):
     _f, url = hostile(_generate_hook(replace), name="toy")
@@ -325,7 +325,7 @@ def test_item24_the_bound_scales_with_top_logprobs_and_tokens():
 # ---------------------------------------------------------------------------------------- 6: Ctrl-C
 @pytest.mark.subprocess
 def test_item6_ctrl_c_stops_requests_and_retries_at_once(hostile, tmp_path):
-    def hook(path, body, obj):
+    def hook(path, body, _obj):
         if path == "/v1/completions" and _is_prompt(body, PROMPTS[1]):
             return 503, {"error": {"message": "busy"}}            # retried, with back-off, again and again
         if path == "/v1/completions" and _is_prompt(body, PROMPTS[2]):
@@ -366,7 +366,7 @@ def test_item6_ctrl_c_stops_requests_and_retries_at_once(hostile, tmp_path):
             proc.communicate()
 
 
-def test_item6_the_stop_event_ends_a_back_off_and_a_request_in_flight(hostile, tmp_path):
+def test_item6_the_stop_event_ends_a_back_off_and_a_request_in_flight(hostile):
     from fastspec.io.servers import HttpClient, Stopped
 
     f, url = hostile(None, name="toy")
