@@ -20,7 +20,6 @@ import pytest
 from fastspec.errors import InvalidInput
 from fastspec.io import load_dump
 from fastspec.io.servers import ServerError, dump_from_servers, staging_dir
-from fastspec.io.servers.client import body_bound
 from test_server_dump import PROMPTS, Fake, _cli, _one_line_error, _prompts_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -309,6 +308,8 @@ def test_item24_an_answer_over_its_bound_is_refused_unread(hostile, tmp_path, le
             return "raw", 200, data, {"length": len(data) if length == "declared" else None}
         return None
 
+    from fastspec.io.servers.client import body_bound
+
     _f, url = hostile(hook, name="toy")
     r, out = _run(url, tmp_path)
     line = _one_line_error(r, 1)
@@ -318,6 +319,8 @@ def test_item24_an_answer_over_its_bound_is_refused_unread(hostile, tmp_path, le
 
 
 def test_item24_the_bound_scales_with_top_logprobs_and_tokens():
+    from fastspec.io.servers.client import body_bound
+
     assert body_bound(10) < body_bound(1000) and body_bound(0) == 1 << 20
     assert body_bound(100 * (20 + 3)) - body_bound(0) == 256 * 2300
 
