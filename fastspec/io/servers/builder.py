@@ -212,11 +212,17 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     return, ``"raw"`` (vLLM's default: logprobs before temperature and truncation) or ``"processed"``; raw logprobs
     are accepted only where they equal the sampled distribution (temperature 0 or 1, no top-k/top-p/min-p).
     ``tight``: also fetch the other side's top-k ids (default: when the engine can, i.e. SGLang).  ``concurrency``
-    prompts in flight (each server sees at most that many requests at once); ``timeout`` seconds per request;
-    ``retries`` on transient errors; ``models``: {"target" or a draft name: served model name} where a server
-    serves several (default: the first it lists; a name it does not serve is a :class:`ServerError`).
+    prompts in flight (each server sees at most that many requests at once); ``timeout``: a deadline in seconds
+    for each request as a whole, in (0, 86400]; ``retries`` on transient errors; ``seed`` in [0, 2**63);
+    ``models``: {"target" or a draft name: served model name} where a server serves several (default: the first
+    it lists; a name it does not serve is a :class:`ServerError`).
+    Each prompt's answers are checked when they arrive (:func:`.records.check_record`: every rule of a dump) and
+    staged only if they pass; a staged prompt that fails the check on a rerun (a corrupt file, an answer staged by
+    an older version) is fetched again, with a warning naming the file.
     Errors: :class:`fastspec.errors.InvalidInput` for bad arguments (a different staged run, tokenizers that
-    differ), :class:`ServerError` for a server that fails (completed prompts stay staged for the resume).
+    differ), :class:`ServerError` for a server that fails or answers badly, naming the server and the prompt
+    (completed prompts stay staged for the resume).  On KeyboardInterrupt every request and retry stops at once;
+    the finished prompts stay staged.
     """
     out = _check_out(out)
     drafts = dict(drafts or {})
