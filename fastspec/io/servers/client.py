@@ -20,7 +20,7 @@ import json
 import math
 import os
 import re
-import select
+import selectors
 import socket
 import ssl
 import threading
@@ -231,16 +231,18 @@ class HttpClient:
             try:
                 sock.setblocking(False)
                 rc = sock.connect_ex(addr)
-                while rc in _PENDING:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise _Late
-                    if self.stop.is_set():
-                        raise Stopped(f"{self.name} server {self.base_url}: stopped")
-                    _r, w, _x = select.select([], [sock], [], min(left, _POLL_S))
-                    if w:
-                        rc = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                        break
+                if rc in _PENDING:
+                    with selectors.DefaultSelector() as sel:
+                        sel.register(sock, selectors.EVENT_WRITE)
+                        while True:
+                            left = deadline - time.monotonic()
+                            if left <= 0:
+                                raise _Late
+                            if self.stop.is_set():
+                                raise Stopped(f"{self.name} server {self.base_url}: stopped")
+                            if sel.select(min(left, _POLL_S)):
+                                rc = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                                break
                 if rc:
                     raise OSError(rc, os.strerror(rc))  # ConnectionRefusedError and its kin
                 sock.setblocking(True)
