@@ -2,7 +2,6 @@
 SGLang), for models too big to run here (:func:`fastspec.server_dump.dump_from_servers`)."""
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from typing import List, Optional
@@ -11,34 +10,24 @@ import typer
 
 from ._app import app
 from ._common import fail, print_json, progress_bar, stderr_console
-from ._options import (SEED_HELP, json_option, min_p_option, option_errors, seed_option, temperature_option,
-                       top_k_option, top_p_option)
+from ._hf import sigterm_as_interrupt
+from ._options import (SEED_HELP, check_model_seed, json_option, min_p_option, option_errors, seed_option,
+                       temperature_option, top_k_option, top_p_option)
+
+#: the exit code of an interrupt (Ctrl-C, SIGTERM): 128 + SIGINT, what typer gives every command's Ctrl-C
+EXIT_INTERRUPTED = 130
 
 
 def _read_token_prompts(path: str) -> list:
-    """Prompts as token ids without a tokenizer: a .jsonl of ``{"prompt_token_ids": [...]}`` (or bare lists)."""
+    """Prompts as token ids without a tokenizer: a .jsonl of ``{"prompt_token_ids": [...]}`` (or bare lists), read
+    by :func:`fastspec.io.servers.read_prompt_file` (the token-file reader of audit-output)."""
+    from fastspec.io.servers import read_prompt_file
+
     if not path.endswith(".jsonl"):
         fail(f"--prompts {path}: without --tokenizer the prompts must be a .jsonl of {{\"prompt_token_ids\": "
              "[...]}} lines (or give --tokenizer MODEL_DIR_OR_GGUF)")
-    if not os.path.isfile(path):
-        fail(f"--prompts {path}: no such file")
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                fail(f"--prompts {path}:{n}: not JSON")
-            ids = obj.get("prompt_token_ids") if isinstance(obj, dict) else obj
-            if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool)
-                                                                and 0 <= t < 2 ** 31 for t in ids):
-                fail(f"--prompts {path}:{n}: give {{\"prompt_token_ids\": [token ids]}} (non-empty, ints >= 0)")
-            out.append(ids)
-    if not out:
-        fail(f"--prompts {path} holds no prompts")
-    return out
+    with option_errors("--prompts"):
+        return read_prompt_file(path)
 
 
 def _parse_drafts(specs: List[str]) -> dict:
@@ -84,7 +73,9 @@ def dump_server_command(
     tight: Optional[bool] = typer.Option(None, "--tight/--no-tight", help="Fetch the logprobs of the other side's "
                                          "top-k ids too (SGLang only; default: on for SGLang when sampling)."),
     concurrency: int = typer.Option(4, "--concurrency", metavar="C", help="Prompts in flight at once."),
-    timeout: float = typer.Option(600.0, "--timeout", metavar="S", help="Seconds per request."),
+    timeout: float = typer.Option(600.0, "--timeout", metavar="S", help="Deadline in seconds for each request "
+                                  "as a whole (connect, send, the whole answer), in (0, 86400]; each retry gets a "
+                                  "fresh one."),
     retries: int = typer.Option(3, "--retries", metavar="R", help="Retries on transient errors (connection "
                                 "refused/reset, timeouts, 429, 5xx), with exponential back-off; 4xx never."),
     seed: int = seed_option(f"Seed of the continuation sampling (prompt i gets a seed derived from (seed, i)); "
@@ -95,8 +86,8 @@ def dump_server_command(
 ) -> None:
     """Sample continuations on the target server, score them teacher-forced on every server, write a sparse dump
     (resumable: rerun the same command after an interruption)."""
-    from fastspec.io.servers import check_url
-    from fastspec.server_dump import dump_from_servers
+    from fastspec.io.servers import check_timeout, check_url
+    from fastspec.server_dump import dump_from_servers, staging_dir
 
     if engine not in ("vllm", "sglang"):
         fail(f"--engine {engine}: use vllm or sglang")
@@ -110,8 +101,9 @@ def dump_server_command(
         fail(f"--concurrency {concurrency}: give an integer in [1, 1024]")
     if not 0 <= retries <= 100:
         fail(f"--retries {retries}: give an integer in [0, 100]")
-    if not timeout > 0:
-        fail(f"--timeout {timeout}: give seconds > 0")
+    with option_errors("--timeout"):
+        check_timeout(timeout)
+    check_model_seed(seed)
     with option_errors("--target"):
         check_url(target, "--target")
     drafts = _parse_drafts(draft)
@@ -125,6 +117,8 @@ def dump_server_command(
             fail(f"--model {spec!r}: use ROLE=NAME, e.g. --model target=meta-llama/Llama-3.1-8B-Instruct")
         if role != "target" and role not in drafts:
             fail(f"--model {spec!r}: {role!r} is neither 'target' nor a --draft name")
+        if role in models:
+            fail(f"--model {role}: given twice ({models[role]!r} and {name!r}); give one served model name per role")
         models[role] = name
     if tokenizer is not None:
         from ._hf import import_hf
@@ -139,14 +133,25 @@ def dump_server_command(
     console = stderr_console()
     start, advance, _, stop = progress_bar(console, "prompts (sample + score)", len(ids), every=1)
     start()
+    # Ctrl-C (and SIGTERM, turned into the same KeyboardInterrupt) stops every request and retry at once; the
+    # finished prompts stay staged.  Exit 130, the code typer gives every other command's Ctrl-C, with one line
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, sigterm_as_interrupt():
             warnings.simplefilter("always")
             res = dump_from_servers(out, target, drafts, ids, max_new_tokens=max_new_tokens, ignore_eos=ignore_eos,
                                     sampling=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
                                     seed=seed, top_logprobs=top_logprobs, engine=engine,
                                     logprobs_mode=logprobs_mode, tight=tight, concurrency=concurrency,
                                     timeout=timeout, retries=retries, progress=advance, models=models)
+    except KeyboardInterrupt:
+        stop()
+        staging = staging_dir(out)
+        try:
+            n = sum(name.startswith("prompt-") for name in os.listdir(staging))
+        except OSError:
+            n = 0
+        fail(f"interrupted; {n} finished prompt{'' if n == 1 else 's'} staged in {staging}: rerun the same command "
+             "to resume", EXIT_INTERRUPTED)
     finally:
         stop()
     for w in caught:

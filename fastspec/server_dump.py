@@ -45,8 +45,9 @@ from .io import open_dump
 from .io.files import atomic_write_text
 from .io.format import LOGPROBS_MODES, check_draft_name
 from .io.save import save_dump
-from .io.servers.client import HttpClient, ServerError
+from .io.servers.client import HttpClient, ServerError, check_timeout
 from .io.servers.engines import make_engine
+from .io.servers.records import BadRecord, check_record
 from .params import SamplingParams
 
 __all__ = ["dump_from_servers", "ServerDumpResult", "prompt_seed", "staging_dir", "LOGPROBS_MODES",
@@ -76,16 +77,17 @@ def prompt_seed(seed: int, i: int) -> int:
 
 
 def staging_dir(out: str) -> str:
-    out = os.path.abspath(os.fspath(out))
+    """The staging directory of ``out``, next to it, written the way ``out`` was (relative stays relative)."""
+    out = os.path.normpath(os.fspath(out))
     return os.path.join(os.path.dirname(out), STAGING_PREFIX + os.path.basename(out) + ".partial")
 
 
 def _check_out(out) -> str:
     out = os.fspath(out)
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
+    parent = os.path.dirname(os.path.normpath(out))
+    if not os.path.isdir(parent or "."):
         raise InvalidInput(f"out {out!r}: directory {parent} does not exist")
-    base = os.path.basename(os.path.abspath(out))
+    base = os.path.basename(os.path.normpath(out))
     if base.startswith("."):
         raise InvalidInput(f"out {out!r}: a name starting with '.' is reserved for temporary files")
     if os.path.exists(out):
@@ -184,8 +186,17 @@ class _Run:
             rec["models"][role] = {"ids": s.ids, "logprobs": s.logprobs, "own": s.own,
                                    "extra": [{str(t): v for t, v in e.items()} for e in s.extra] if self.tight
                                    else None}
-        atomic_write_text(os.path.join(self.staging, f"prompt-{i:06d}.json"), json.dumps(rec))
+        try:   # what the dump will store passes every check of save_dump: else nothing is staged
+            self.check(rec, i)
+        except BadRecord as exc:
+            c = self.engines[exc.role or "target"].client
+            raise ServerError(f"{c.name} server {c.base_url}: prompt {i}: {exc}") from None
+        atomic_write_text(os.path.join(self.staging, f"prompt-{i:06d}.json"), json.dumps(rec, allow_nan=False))
         return rec
+
+    def check(self, rec, i: int) -> None:
+        check_record(rec, i, list(self.engines), max_new_tokens=self.max_new_tokens, ignore_eos=self.ignore_eos,
+                     tight=self.tight)
 
 
 def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = None, prompts=(), *,
@@ -204,11 +215,17 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     return, ``"raw"`` (vLLM's default: logprobs before temperature and truncation) or ``"processed"``; raw logprobs
     are accepted only where they equal the sampled distribution (temperature 0 or 1, no top-k/top-p/min-p).
     ``tight``: also fetch the other side's top-k ids (default: when the engine can, i.e. SGLang).  ``concurrency``
-    prompts in flight (each server sees at most that many requests at once); ``timeout`` seconds per request;
-    ``retries`` on transient errors; ``models``: {"target" or a draft name: served model name} where a server
-    serves several (default: the first it lists; a name it does not serve is a :class:`ServerError`).
+    prompts in flight (each server sees at most that many requests at once); ``timeout``: a deadline in seconds
+    for each request as a whole, in (0, 86400]; ``retries`` on transient errors; ``seed`` in [0, 2**63);
+    ``models``: {"target" or a draft name: served model name} where a server serves several (default: the first
+    it lists; a name it does not serve is a :class:`ServerError`).
+    Each prompt's answers are checked when they arrive (:func:`.records.check_record`: every rule of a dump) and
+    staged only if they pass; a staged prompt that fails the check on a rerun (a corrupt file, an answer staged by
+    an older version) is fetched again, with a warning naming the file.
     Errors: :class:`fastspec.errors.InvalidInput` for bad arguments (a different staged run, tokenizers that
-    differ), :class:`ServerError` for a server that fails (completed prompts stay staged for the resume).
+    differ), :class:`ServerError` for a server that fails or answers badly, naming the server and the prompt
+    (completed prompts stay staged for the resume).  On KeyboardInterrupt every request and retry stops at once;
+    the finished prompts stay staged.
     """
     out = _check_out(out)
     drafts = dict(drafts or {})
@@ -219,7 +236,8 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     check_int("top_logprobs", top_logprobs, 1, 1 << 16)
     check_int("concurrency", concurrency, 1, 1024)
     check_int("retries", retries, 0, 100)
-    check_int("seed", seed, -(2 ** 63), 2 ** 64 - 1)
+    timeout = check_timeout(timeout)
+    check_int("seed", seed, 0, 2 ** 63 - 1)
     sampling = _check_sampling(sampling)
     if logprobs_mode not in LOGPROBS_MODES:
         raise InvalidInput(f"logprobs_mode {logprobs_mode!r}: use raw or processed")
@@ -230,11 +248,12 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
                            "sampled from only at temperature 0 or 1 without top-k/top-p/min-p; start the servers "
                            "with --logprobs-mode processed_logprobs and pass logprobs_mode='processed', or sample "
                            "at temperature 1 (or 0)")
+    stop = threading.Event()   # set on an interrupt: no new request, no retry, requests in flight cut off
     clients = {"target": HttpClient("target", target_url, timeout=timeout, retries=retries, backoff=backoff,
-                                    concurrency=concurrency, api_key=api_key)}
+                                    concurrency=concurrency, api_key=api_key, stop=stop)}
     for name, url in drafts.items():
         clients[name] = HttpClient(f"draft {name!r}", url, timeout=timeout, retries=retries, backoff=backoff,
-                                   concurrency=concurrency, api_key=api_key)
+                                   concurrency=concurrency, api_key=api_key, stop=stop)
     models = dict(models or {})
     unknown = set(models) - set(clients)
     if unknown:
@@ -255,8 +274,9 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     probes = {role: e.vocab_probe() for role, e in engines.items()}
     for role, pr in probes.items():
         if role != "target" and pr != probes["target"]:
-            raise InvalidInput(f"draft {role!r} ({servers[role]['model']} at {servers[role]['url']}) and the target "
-                               f"({servers['target']['model']} at {servers['target']['url']}) tokenize differently: "
+            raise InvalidInput(f"draft {role!r} ({servers[role]['model']!r} at {servers[role]['url']}) and the "
+                               f"target ({servers['target']['model']!r} at {servers['target']['url']}) tokenize "
+                               "differently: "
                                "a dump needs one vocabulary")
     # the staging directory and the resume
     staging = staging_dir(out)
@@ -268,11 +288,13 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
             "versions": {r: servers[r]["version"] for r in servers}}
     args_path = os.path.join(staging, "args.json")
     if os.path.isdir(staging) and os.path.exists(args_path):
-        with open(args_path, encoding="utf-8") as fh:
-            try:
+        try:
+            with open(args_path, encoding="utf-8") as fh:
                 before = json.load(fh)
-            except ValueError:
-                before = None
+        except (OSError, ValueError, RecursionError):
+            before = None
+        if not isinstance(before, dict):
+            before = None
         if before != args:
             diff = sorted(k for k in set(args) | set(before or {}) if (before or {}).get(k) != args.get(k))
             raise InvalidInput(f"{staging} holds an unfinished run with other arguments or servers "
@@ -281,22 +303,18 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     else:
         os.makedirs(staging, exist_ok=True)
         atomic_write_text(args_path, json.dumps(args, indent=1, sort_keys=True))
-    done = {}
-    for i in range(len(prompts)):
-        path = os.path.join(staging, f"prompt-{i:06d}.json")
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as fh:
-                done[i] = json.load(fh)
+    run = _Run(engines, prompts, int(max_new_tokens), sampling, int(seed), bool(ignore_eos), int(top_logprobs),
+               bool(tight), staging)
+    done, refetch = _staged(run, staging, len(prompts))
     resumed = len(done)
     if progress and resumed:
         progress(resumed)
-    run = _Run(engines, prompts, int(max_new_tokens), sampling, int(seed), bool(ignore_eos), int(top_logprobs),
-               bool(tight), staging)
     todo = [i for i in range(len(prompts)) if i not in done]
     if todo:
         pool = ThreadPoolExecutor(max_workers=min(concurrency, len(todo)))
         futures = {pool.submit(run.one, i): i for i in todo}
         pending = set(futures)
+        interrupted = True
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -309,20 +327,55 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
                         if progress:
                             progress(1)
                 if failed is not None:
+                    interrupted = False
                     raise failed
+            interrupted = False
         finally:
-            # on a failure or an interrupt (Ctrl-C, SIGTERM): nothing new starts; requests in flight finish
-            # (each bounded by the timeout) and their prompts are staged for the resume
+            # on a failure nothing new starts; requests in flight finish (each within its deadline) and their
+            # prompts are staged for the resume.  On an interrupt (Ctrl-C, SIGTERM) the stop event also ends
+            # retries, back-off waits and requests in flight at once: only finished prompts stay staged.
+            if interrupted:
+                stop.set()
             for f in pending:
                 f.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
-    return _assemble(out, staging, prompts, done, servers, args, run.caps, resumed, compressed)
+    return _assemble(out, staging, prompts, done, servers, args, run.caps, resumed, compressed, refetch)
 
 
-def _assemble(out, staging, prompts, done, servers, args, caps, resumed, compressed) -> ServerDumpResult:
+def _staged(run: _Run, staging: str, n: int):
+    """({i: record} of the valid staged prompts, [notes]): a staged file that cannot be read or fails the record
+    check is removed (the prompt is fetched again) and named in a note; one that cannot be removed is an
+    InvalidInput naming it and the command that clears it."""
+    import shlex
+
+    done, notes = {}, []
+    for i in range(n):
+        path = os.path.join(staging, f"prompt-{i:06d}.json")
+        if not os.path.lexists(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                rec = json.load(fh)
+            run.check(rec, i)
+            done[i] = rec
+            continue
+        except (OSError, ValueError, RecursionError) as exc:   # JSONDecodeError, UnicodeDecodeError, BadRecord
+            why = str(exc) if isinstance(exc, BadRecord) else (
+                f"not valid JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else
+                " ".join(f"{type(exc).__name__}: {exc}".split())[:160])
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            raise InvalidInput(f"staged prompt file {path} is unusable ({why}) and cannot be removed "
+                               f"({exc.strerror}); remove it with: rm -r {shlex.quote(path)}") from None
+        notes.append(f"staged prompt file {path} was unusable ({why}): prompt {i} fetched again")
+    return done, notes
+
+
+def _assemble(out, staging, prompts, done, servers, args, caps, resumed, compressed, refetch=()) -> ServerDumpResult:
     N, T = len(prompts), args["max_new_tokens"]
     roles = list(servers)
-    notes = []
+    notes = list(refetch)
     k_rec = {}
     for role in roles:
         k = min(len(row) for i in range(N) for row in done[i]["models"][role]["ids"])

@@ -52,7 +52,8 @@ def _rank(lp, tid):
 
 class Fake:
     """A toy model behind a fake server; ``faults``: a callable (path, body, n) -> None | (status, body) |
-    "close" | "die" consulted before every request (n counts requests to that path)."""
+    "close" | "die" | ("raw", status, bytes, opts) consulted before every request (n counts requests to that path;
+    "raw": the bytes as the body, dripped, cut short or with a false Content-Length: see ``_raw``)."""
 
     def __init__(self, kind="vllm", model_seed=0, name="toy", vocab_text="w", cap=None, silent_cap=None):
         self.kind, self.model_seed, self.name, self.vocab_text = kind, model_seed, name, vocab_text
@@ -170,6 +171,9 @@ class Fake:
                 if method == "POST":
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 r = fake.handle(method, self.path, body)
+                if isinstance(r, tuple) and r and r[0] == "raw":
+                    self._raw(*r[1:])
+                    return
                 if r == "close":
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -187,13 +191,42 @@ class Fake:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _raw(self, status, data, opts):
+                """``data`` as the body of a ``status`` answer; ``opts``: "drip" (seconds between bytes),
+                "length" (the Content-Length sent, None: none), "cut" (send that many bytes, then close)."""
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                length = opts.get("length", len(data))
+                if length is not None:
+                    self.send_header("Content-Length", str(length))
+                self.end_headers()
+                self.close_connection = True
+                data = data[:opts["cut"]] if opts.get("cut") is not None else data
+                try:
+                    if opts.get("drip"):
+                        for b in data:
+                            self.wfile.write(bytes([b]))
+                            self.wfile.flush()
+                            time.sleep(opts["drip"])
+                    else:
+                        self.wfile.write(data)
+                except OSError:
+                    pass
+
             def do_GET(self):
                 self._do("GET")
 
             def do_POST(self):
                 self._do("POST")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), H)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                import sys
+
+                if not isinstance(sys.exc_info()[1], OSError):   # a client that hung up is not news
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", port), H)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}"

@@ -9,7 +9,8 @@ from typing import NamedTuple, Sequence
 
 from ..errors import InvalidInput, shown
 
-__all__ = ["TokenRecord", "read_token_file", "check_token_ids", "MAX_TOKEN_FILE_BYTES", "MAX_IDS_PER_LIST"]
+__all__ = ["TokenRecord", "read_token_file", "read_text_lines", "parse_json_line", "check_token_ids",
+           "MAX_TOKEN_FILE_BYTES", "MAX_IDS_PER_LIST"]
 
 # ------------------------------------------------------------------------------------------------- token files
 #: a token file larger than this is refused before it is read (256 MiB: ~30 million ids)
@@ -49,6 +50,55 @@ def _id_list(path: str, line_no: int, obj: dict, field: str) -> tuple:
     return tuple(ids)
 
 
+def read_text_lines(path, *, max_bytes: int | None = None, what: str = "token file",
+                    reader: str = "an audit") -> list[str]:
+    """The lines of a UTF-8 text file (without the last empty one), read with bounds: InvalidInput naming the
+    file (called ``what``) when it is missing, not a regular file (a directory, a FIFO), larger than
+    ``max_bytes`` (default :data:`MAX_TOKEN_FILE_BYTES`; messages say ``reader`` reads that much), not UTF-8, or
+    empty."""
+    path = os.fspath(path)
+    if max_bytes is None:
+        max_bytes = MAX_TOKEN_FILE_BYTES
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InvalidInput(f"{what} {path!r}: no such file") from None
+    except (OSError, ValueError) as exc:   # ValueError: a NUL byte in the path
+        raise InvalidInput(f"{what} {path!r}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidInput(f"{what} {path!r} is not a regular file")
+    if st.st_size > max_bytes:
+        raise InvalidInput(f"{what} {path!r} is {st.st_size} bytes, more than the {max_bytes} bytes {reader} reads; "
+                           "split it")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InvalidInput(f"{what} {path!r}: cannot be read ({exc.strerror})") from None
+    if len(data) > max_bytes:
+        raise InvalidInput(f"{what} {path!r} is more than the {max_bytes} bytes {reader} reads; split it")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{what} {path!r} is not UTF-8 text (byte {exc.start})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise InvalidInput(f"{what} {path!r} is empty: write one JSON object per prompt")
+    return lines
+
+
+def parse_json_line(path: str, line_no: int, line: str):
+    """One line of a JSON-lines file as a JSON value (NaN and Infinity are not JSON; nesting too deep for the
+    parser is refused): InvalidInput naming ``path:line_no`` otherwise."""
+    try:
+        return json.loads(line, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else " ".join(str(exc).split())[:80]
+        raise InvalidInput(f"{path}:{line_no}: not valid JSON ({msg})") from None
+
+
 def read_token_file(path, *, max_bytes: int | None = None) -> list[TokenRecord]:
     """The records of a token file: JSONL, one object per prompt, ``{"prompt_token_ids": [ints], "token_ids":
     [ints], "prompt": "text" (optional)}`` (vLLM's field names; other fields are ignored).
@@ -59,41 +109,12 @@ def read_token_file(path, *, max_bytes: int | None = None) -> list[TokenRecord]:
     Ids at or above the vocabulary size are checked by :func:`check_token_ids` once V is known.  ``max_bytes``
     defaults to :data:`MAX_TOKEN_FILE_BYTES`."""
     path = os.fspath(path)
-    if max_bytes is None:
-        max_bytes = MAX_TOKEN_FILE_BYTES
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InvalidInput(f"token file {path!r}: no such file") from None
-    except OSError as exc:
-        raise InvalidInput(f"token file {path!r}: cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InvalidInput(f"token file {path!r} is not a regular file")
-    if st.st_size > max_bytes:
-        raise InvalidInput(f"token file {path!r} is {st.st_size} bytes, more than the {max_bytes} bytes an audit "
-                           "reads; split it")
-    with open(path, "rb") as fh:
-        data = fh.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise InvalidInput(f"token file {path!r} is more than the {max_bytes} bytes an audit reads; split it")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"token file {path!r} is not UTF-8 text (byte {exc.start})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if not lines:
-        raise InvalidInput(f"token file {path!r} is empty: write one JSON object per prompt")
+    lines = read_text_lines(path, max_bytes=max_bytes)
     out = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
             raise InvalidInput(f"{path}:{i}: empty line (one JSON object per prompt, no blank lines)")
-        try:
-            obj = json.loads(line, parse_constant=_no_constant)
-        except (ValueError, RecursionError) as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else " ".join(str(exc).split())[:80]
-            raise InvalidInput(f"{path}:{i}: not valid JSON ({msg})") from None
+        obj = parse_json_line(path, i, line)
         if not isinstance(obj, dict):
             raise InvalidInput(f"{path}:{i}: expected a JSON object with prompt_token_ids and token_ids, got "
                                f"{type(obj).__name__}")

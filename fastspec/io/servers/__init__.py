@@ -7,8 +7,9 @@ imports no analysis.
 """
 from __future__ import annotations
 
-from .client import HttpClient, ServerError, check_url
+from .client import HttpClient, ServerError, Stopped, check_timeout, check_url
 from .engines import ENGINES, Scored, SglangEngine, VllmEngine, make_engine
+from .prompts import read_prompt_file
 
-__all__ = ["HttpClient", "ServerError", "check_url", "VllmEngine", "SglangEngine", "ENGINES", "Scored",
-           "make_engine"]
+__all__ = ["HttpClient", "ServerError", "Stopped", "check_url", "check_timeout", "read_prompt_file", "VllmEngine",
+           "SglangEngine", "ENGINES", "Scored", "make_engine"]
