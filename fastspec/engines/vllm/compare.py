@@ -31,10 +31,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInput
-from ..params import SamplingParams
-from ..stats import t_quantile_975
-from .conventions import VLLM, Counters, counters_summary, expected_counters
+from ...errors import InvalidInput
+from ...params import SamplingParams
+from ...stats import t_quantile_975
+from ..conventions import Counters, counters_summary, expected_counters
+from . import runner as V
+from .conventions import VLLM
 
 __all__ = ["EngineDraft", "RowComparison", "EngineComparison", "compare_vllm", "paired_ratio_difference",
            "position_quantities"]
@@ -135,7 +137,7 @@ def _keep(runs_dir: str | None, name: str, run) -> None:
     import json
     import os
 
-    from ..io.files import atomic_write_text
+    from ...io.files import atomic_write_text
 
     os.makedirs(runs_dir, exist_ok=True)
     atomic_write_text(os.path.join(runs_dir, name.replace("/", "_") + ".json"), json.dumps(dict(run.__dict__)))
@@ -170,8 +172,7 @@ def compare_vllm(target: str, drafts: Sequence[EngineDraft], prompts: Sequence[S
     teacher-forced logits [len(continuation), V] (default: :func:`fastspec.hf.teacher.teacher_forced_logits`
     with the model loaded once per path).  ``runs_dir``: each engine run's outputs and counters are also written
     there as JSON (``plain.json``, ``<draft>_k<k>.json``), for an audit later."""
-    from . import vllm as V
-    from ..hf.prediction import speedup_ci
+    from ...hf.prediction import speedup_ci
 
     if not prompts:
         raise InvalidInput("prompts is empty: give at least two prompts (the intervals are over prompts)")
@@ -197,7 +198,7 @@ def compare_vllm(target: str, drafts: Sequence[EngineDraft], prompts: Sequence[S
 
     # teacher-forced quantities along the record, per model
     if teacher is None:
-        from ..hf.teacher import TeacherCache
+        from ...hf.teacher import TeacherCache
         teacher = TeacherCache()
     say("fastspec: teacher-forcing the target and the drafts along vLLM's record")
     per_prompt_p = []
@@ -226,7 +227,7 @@ def compare_vllm(target: str, drafts: Sequence[EngineDraft], prompts: Sequence[S
             else:
                 a = p_argmax if draft_sample_method == "greedy" else alpha
             return lambda s: a[s:s + k]
-        from ..ngram import proposals_along
+        from ...ngram import proposals_along
 
         ctx = np.concatenate([np.asarray(prompts[i], np.int64), rec])
         props = proposals_along(ctx, len(prompts[i]), k, min_n=d.min_n, max_n=d.max_n, occurrence="earliest")
