@@ -3,9 +3,10 @@ prompts, the teacher-forced prediction and the output audit, put together for
 :func:`~fastspec.engines.vllm.compare.compare_vllm`.
 
 Bad input raises :class:`~fastspec.errors.InvalidInput` tagged with the argument at fault (``exc.argument``:
-``"target"``, ``"drafts"``, ``"prompts"``, ``"runs_dir"`` or ``"draft_sample_method"``; the message starts with that argument's name, as the command line
-shows it with its flag); a missing vLLM raises :class:`~fastspec.engines.errors.EngineError`.  torch and
-transformers are used through :mod:`fastspec.hf` (imported inside :func:`measure_vllm` only).
+``"target"``, ``"drafts"``, ``"prompts"``, ``"runs_dir"`` or ``"draft_sample_method"``; the message starts with
+that argument's name, as the command line shows it with its flag); a missing vLLM raises
+:class:`~fastspec.engines.errors.EngineError`.  torch and transformers are used through :mod:`fastspec.hf`
+(imported inside :func:`measure_vllm` only).
 """
 from __future__ import annotations
 
