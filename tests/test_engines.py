@@ -187,6 +187,8 @@ def test_the_registry_lists_every_engine_and_its_flags():
         assert e.pipeline in ("loop", "counters") and callable(e.measure_function())
         assert e.help.startswith(e.name + " (") and e.help in engines_help()
     assert ENGINES["hf"].options == {"hf_engine": True} and "--no-hf-generate" in ENGINES["hf"].refuses
+    assert ENGINES["vllm"].engine_conventions().first_step == 1 and ENGINES["hf"].engine_conventions() is None
+    assert ENGINES["fastspec"].engine_conventions().name == "fastspec"
     with pytest.raises(InvalidInput, match="--engine sglang is unknown; choose one of: fastspec, hf, vllm"):
         engine("sglang")
 

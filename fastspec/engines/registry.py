@@ -2,8 +2,8 @@
 
 An entry says which of measure's engine-specific flags the engine takes (:data:`ENGINE_FLAGS` lists them; a
 flag given to an engine that does not take it is refused by name, never silently ignored), whether it needs
-fixed-length runs (``--ignore-eos``), and what measures it (``measure``: a ``module:function`` of the library,
-imported only when it runs, called with ``options``):
+fixed-length runs (``--ignore-eos``), what measures it (``measure``: a ``module:function`` of the library,
+imported only when it runs, called with ``options``) and where its conventions are stated (``conventions``):
 
 * ``fastspec`` -- fastspec's own loop (torch), timed against plain decoding, next to the prediction from a dump
   (:func:`fastspec.hf.pipeline.measure_and_predict`);
@@ -47,6 +47,14 @@ class Engine:
     fixed_length: str | None = None  # why it needs --ignore-eos (None: it does not)
     refuses: Mapping[str, str] = field(default_factory=dict)  # flag -> why this engine refuses it (else generic)
     options: Mapping[str, object] = field(default_factory=dict)  # keyword arguments ``measure`` is called with
+    conventions: str | None = None  # "module:NAME" of its EngineConventions (how it drafts and counts), if stated
+
+    def engine_conventions(self):
+        """Its :class:`~fastspec.engines.conventions.EngineConventions` (None when the entry states none)."""
+        if self.conventions is None:
+            return None
+        module, _, name = self.conventions.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def measure_function(self) -> Callable:
         """The function that measures this engine, with :attr:`options` bound (imported now)."""
@@ -59,7 +67,8 @@ class Engine:
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("fastspec", "fastspec's loop", "fastspec (its own loop, torch)", "loop",
-           "fastspec.hf.pipeline:measure_and_predict", flags=_LOOP_FLAGS + ("--no-hf-generate",)),
+           "fastspec.hf.pipeline:measure_and_predict", flags=_LOOP_FLAGS + ("--no-hf-generate",),
+           conventions="fastspec.engines.conventions:FASTSPEC"),
     Engine("hf", "--engine hf", "hf (also Hugging Face's assisted generation, generate(assistant_model=...), with "
            "transformers' defaults and each k; ngram.hf drafts: its prompt lookup; needs --ignore-eos)", "loop",
            "fastspec.hf.pipeline:measure_and_predict", flags=_LOOP_FLAGS,
@@ -72,7 +81,8 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
            "fastspec.engines.vllm.measure:measure_vllm", flags=("--draft-sample-method", "--vllm-python",
                                                                 "--runs-dir"),
            fixed_length="--engine vllm compares fixed-length runs (vLLM counts drafts accepted past the end of a "
-                        "request): add --ignore-eos"),
+                        "request): add --ignore-eos",
+           conventions="fastspec.engines.vllm.conventions:VLLM"),
 )}
 
 

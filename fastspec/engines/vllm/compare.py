@@ -33,6 +33,7 @@ import numpy as np
 
 from ...errors import InvalidInput
 from ...params import SamplingParams
+from ...processing import probabilities
 from ...stats import t_quantile_975
 from ..conventions import Counters, counters_summary, expected_counters
 from . import runner as V
@@ -73,13 +74,11 @@ def paired_ratio_difference(num_a, den_a, num_b, den_b) -> tuple[float, float, f
 def position_quantities(target_logits: np.ndarray, draft_logits: np.ndarray | None, sampling: SamplingParams):
     """Per position of a teacher-forced record: the target's processed probabilities p [T, V] (float64) and,
     with a draft, (argmax q_t, p_t(argmax q_t), sum_v min(p_t, q_t)) [T] each (else None)."""
-    import fastspec
-
     kw = sampling.as_dict()
-    p = fastspec.probabilities(target_logits, **kw)
+    p = probabilities(target_logits, **kw)
     if draft_logits is None:
         return p, None
-    q = fastspec.probabilities(draft_logits, **kw)
+    q = probabilities(draft_logits, **kw)
     top = np.argmax(draft_logits, axis=-1)  # lowest index on ties, as every greedy choice in fastspec
     p_argmax = p[np.arange(p.shape[0]), top]
     alpha = np.minimum(p, q).sum(axis=-1)
