@@ -177,8 +177,11 @@ def test_measure_cli_bad_policy_flags(model_dirs, extra, needle):
 def test_what_hf_runs_are_predicted_as(monkeypatch):
     """transformers' defaults are policy hf; without scikit-learn it never tunes, so hf policies with a threshold
     are predicted with tune=off; a fixed k of ks is simulate's (draft, k)."""
-    import fastspec.hf.measure as M
+    import importlib
+
     from fastspec.hf.measure import predicted_policies
+
+    M = importlib.import_module("fastspec.hf.measure")  # the module (fastspec.hf.measure is also a function's name)
 
     assert AssistantSettings.defaults().predicted_as(True) == "hf(k=20,schedule=constant,theta=0.4,tune=roc)"
     assert AssistantSettings.defaults().predicted_as(False) == "hf(k=20,schedule=constant,theta=0.4,tune=off)"

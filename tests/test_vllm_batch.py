@@ -359,6 +359,8 @@ def _worker(fake_python, tmp_path, mode):
 def test_worker_answers_and_reports_errors(fake_python, tmp_path):
     w = _worker(fake_python, tmp_path, "ok")
     try:
+        with open(os.path.join(w._tmp.name, "job.json")) as f:  # counters are read by fastspec's vLLM worker's code
+            assert os.path.isfile(json.load(f)["counters_from"])
         assert w.wait_ready(30)["vllm_version"] == "fake"
         assert w.call({"op": "run", "x": 1}, 30) == {"echo": {"op": "run", "x": 1}}
         with pytest.raises(EngineError, match=r"vllm \(plain\): vllm failed: ValueError: unknown op"):
