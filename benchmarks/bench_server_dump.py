@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from fastspec.engines.vllm import serve
+from fastspec.engines.vllm.runner import serve
 from fastspec.server_dump import dump_from_servers
 
 

@@ -7,13 +7,13 @@
 1. **fastspec's side**: ``fastspec dump`` of the same prompts with the target alone (T = 0, ``--ignore-eos``,
    ``--max-new-tokens`` = max_tokens, sparse top-1, no costs; skipped when ``--dump`` names an existing file),
    then ``fastspec.simulate`` of the draft ``ngram.vllmMIN-MAX`` at k (tokens per target forward, exact DP).
-2. **vLLM's side** (:func:`fastspec.engines.vllm_batch.measure_vllm_batch`): plain and ngram engines side by side,
-   throughput at each concurrency interleaved over rounds, the spec-decode counters of every run against their
-   exact prediction from the record, and a schema-v2 batch cost table measured in the plain engine in the same
-   run.
+2. **vLLM's side** (``measure_vllm_batch`` of ``benchmarks/vllm_batch/driver.py``): plain and ngram engines side
+   by side, throughput at each concurrency interleaved over rounds, the spec-decode counters of every run against
+   their exact prediction from the record, and a schema-v2 batch cost table measured in the plain engine in the
+   same run.
 3. **The comparison**: :func:`fastspec.simulation.batch.batch_predictions` (simulation + vLLM's table) against the
    measured tokens/s with and without speculation per concurrency, relative errors, and the break-even batch
-   size predicted and measured; then :func:`fastspec.engines.vllm_schedule.schedule_predictions`, the same
+   size predicted and measured; then ``schedule_predictions`` of ``benchmarks/vllm_batch/schedule.py``, the same
    table priced along the run's own schedule (a finite run drains: at B = N it is one static batch).  Prints
    both tables (Markdown) and writes the JSON (``--out``): the measurement, the table, the predictions and the
    comparisons.  The dump runs before vLLM starts (it would load the cores).
@@ -71,8 +71,8 @@ def main() -> None:
     a = ap.parse_args()
 
     import fastspec
-    from fastspec.engines.vllm_batch import compare_with_prediction, comparison_table, measure_vllm_batch
-    from fastspec.engines.vllm_schedule import schedule_predictions, schedule_table
+    from vllm_batch.driver import compare_with_prediction, comparison_table, measure_vllm_batch
+    from vllm_batch.schedule import schedule_predictions, schedule_table
     from fastspec.simulation.batch import batch_predictions
 
     min_n, max_n = (int(x) for x in a.ngram.split("-"))

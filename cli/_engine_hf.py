@@ -1,6 +1,7 @@
 """``fastspec measure --policy SPEC`` and ``--engine hf``: draft-length policies in fastspec's loop and Hugging Face's
-own assisted generation next to the fixed-k configurations (issue 23).  The flags are checked here, before any model
-is loaded; the work is the library's (:func:`fastspec.hf.measure_and_predict` with ``policies`` / ``hf_engine``);
+own assisted generation next to the fixed-k configurations (issue 23).  ``--policy`` is parsed here, before any
+model is loaded (which engines take which flag: :mod:`fastspec.engines.registry`); the work is the library's
+(:func:`fastspec.hf.measure_and_predict` with ``policies``, and ``hf_engine`` from the registry's ``hf`` entry);
 the policy rows' table is rendered here."""
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Optional, Sequence
 
 from rich.table import Table
 
-from ._options import FlagError, option_errors
+from ._options import option_errors
 
 POLICY_HELP = ("A draft-length policy (repeatable), run in fastspec's loop next to the fixed k's and predicted from "
                "the same dump: fixed:k=K | conf:theta=T,kmax=K[,on=token|max] | specdec:h=H,kmax=K[,on=token|max] | "
@@ -17,29 +18,15 @@ POLICY_HELP = ("A draft-length policy (repeatable), run in fastspec's loop next 
                "assisted generation.  Policies other than fixed need a model draft (its probabilities).")
 
 
-def check_policies(engine: str, policy: Optional[Sequence[str]]) -> list:
-    """The ``--policy`` values as policies (one line naming the flag and why, exit 2), refused with vLLM."""
+def check_policies(policy: Optional[Sequence[str]]) -> list:
+    """The ``--policy`` values as policies (one line naming the flag and why, exit 2); which engines take
+    ``--policy`` is the registry's (:mod:`fastspec.engines.registry`)."""
     if not policy:
         return []
-    if engine == "vllm":
-        raise FlagError("--policy applies to fastspec's loop and --engine hf, not to --engine vllm")
     from fastspec.policies import parse_policies
 
     with option_errors("--policy"):
         return parse_policies(list(policy), name="--policy")
-
-
-def check_hf_engine(engine: str, *, hf_generate: bool, ignore_eos: bool) -> bool:
-    """Whether Hugging Face's assisted generation runs (``--engine hf``); it needs fixed-length runs to count
-    drafts per step like fastspec's loop, and Hugging Face's plain generate as its own baseline."""
-    if engine != "hf":
-        return False
-    if not hf_generate:
-        raise FlagError("--no-hf-generate: --engine hf times Hugging Face's plain generate as the baseline of its "
-                        "assisted generation; drop --no-hf-generate")
-    if not ignore_eos:
-        raise FlagError("--engine hf compares fixed-length runs (EOS off in both engines): add --ignore-eos")
-    return True
 
 
 def _ci(d: Optional[dict]) -> str:

@@ -8,13 +8,16 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+from fastspec.engines.registry import check_engine_flags, engines_help
+
 from ._common import fail, print_json, stage_progress, stderr_console, stdout_console
 from ._hf import check_drafts, check_options, ignore_eos_option, import_hf, set_threads
 from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_range,
                        json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
                        target_option, temperature_option, top_k_option, top_p_option)
 from ._app import app
-from ._engine_hf import POLICY_HELP, check_hf_engine, check_policies, render_policy_rows
+from ._engine_vllm import measure_engine
+from ._engine_hf import POLICY_HELP, check_policies, render_policy_rows
 
 DRAFT_HELP = ("NAME=MODEL (repeatable); MODEL: directory, .gguf file, exitL (the target's first L layers), or an "
               "n-gram prompt-lookup draft: ngram (n-grams of 1 to 3 tokens) or ngramMIN-MAX (also ngram:MIN-MAX), "
@@ -67,12 +70,7 @@ def measure_command(
                                          "(simulate's bounds)."),
     threads: Optional[int] = typer.Option(None, "--threads", help=f"torch threads, {THREADS_HELP} (default "
                                           "min(2, cores))."),
-    engine: str = typer.Option("fastspec", "--engine", help="Whose speculative decoding is measured: fastspec (its "
-                               "own loop, torch), hf (also Hugging Face's assisted generation, "
-                               "generate(assistant_model=...), with transformers' defaults and each k; ngram.hf "
-                               "drafts: its prompt lookup; needs --ignore-eos) or vllm (vLLM's offline engine, in "
-                               "its own environment: --vllm-python; drafts are model directories or ngram.vllm...; "
-                               "needs --ignore-eos)."),
+    engine: str = typer.Option("fastspec", "--engine", help=engines_help()),
     policy: Optional[List[str]] = typer.Option(None, "--policy", metavar="SPEC", help=POLICY_HELP),
     vllm_python: Optional[str] = typer.Option(None, "--vllm-python", metavar="PYTHON", help="The Python of vLLM's "
                                               "environment (default $FASTSPEC_VLLM_PYTHON; scripts/vllm_env.sh "
@@ -92,26 +90,22 @@ def measure_command(
     vLLM's own counters against fastspec's exact prediction under vLLM's conventions, and the audit of its tokens."""
     ks = parse_k(k)
     params = sampling_params(temperature, top_k, top_p, min_p)
-    from ._engine_vllm import check_engine_flags, measure_vllm
-
-    policies = check_policies(engine, policy)
-    hf_engine = check_hf_engine(engine, hf_generate=hf_generate, ignore_eos=ignore_eos)
-    check_engine_flags("fastspec" if hf_engine else engine, draft_sample_method=draft_sample_method,
-                       vllm_python=vllm_python, runs_dir=runs_dir,
-                       ignore_eos=ignore_eos, not_for_vllm={
-                           "--dump": dump is not None, "--save-dump": save_dump is not None,
-                           "--top-k-save": top_k_save is not None, "--costs": costs is not None,
-                           "--repeats": repeats != 1, "--trials": trials is not None,
-                           "--threads": threads is not None, "--no-hf-generate": not hf_generate,
-                           "--cost-repeats": cost_repeats != 20})
-    if engine == "vllm":
+    entry = check_engine_flags(engine, {  # a flag the engine does not take is refused by name (the registry)
+        "--policy": bool(policy), "--no-hf-generate": not hf_generate,
+        "--draft-sample-method": draft_sample_method is not None, "--vllm-python": vllm_python is not None,
+        "--runs-dir": runs_dir is not None, "--dump": dump is not None, "--save-dump": save_dump is not None,
+        "--top-k-save": top_k_save is not None, "--costs": costs is not None, "--repeats": repeats != 1,
+        "--trials": trials is not None, "--threads": threads is not None, "--cost-repeats": cost_repeats != 20},
+        ignore_eos=ignore_eos)
+    policies = check_policies(policy)
+    if entry.pipeline == "counters":
         check_range("--max-new-tokens", max_new_tokens, 1, 1 << 20, "tokens")
         if not os.path.isfile(prompts):
             fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
-        measure_vllm(target=target, draft=draft, prompts=prompts, ks=ks, params=params,
-                     max_new_tokens=max_new_tokens, seed=seed, max_prompts=max_prompts,
-                     draft_sample_method=draft_sample_method, vllm_python=vllm_python, runs_dir=runs_dir,
-                     audit=audit, as_json=as_json, progress=lambda msg: stderr_console().print(msg))
+        measure_engine(entry, target=target, draft=draft, prompts=prompts, ks=ks, params=params,
+                       max_new_tokens=max_new_tokens, seed=seed, max_prompts=max_prompts,
+                       draft_sample_method=draft_sample_method, vllm_python=vllm_python, runs_dir=runs_dir,
+                       audit=audit, as_json=as_json, progress=lambda msg: stderr_console().print(msg))
         return
     if dump is not None and not os.path.exists(dump):
         fail(f"--dump {dump}: no such file or directory")
@@ -147,12 +141,11 @@ def measure_command(
     from fastspec.errors import InvalidInput, InvalidType
 
     try:
-        report = hf.measure_and_predict(target, specs, prompts, ks, **params.as_dict(), max_new_tokens=max_new_tokens,
-                                        ignore_eos=ignore_eos, seed=seed, repeats=repeats, max_prompts=max_prompts,
-                                        dump=dump, save_dump=save_dump, top_k_save=top_k_save, costs=table,
-                                        cost_repeats=cost_repeats, hf_generate=hf_generate, trials=trials,
-                                        progress=stage_progress(stderr_console()), policies=policies,
-                                        hf_engine=hf_engine)
+        report = entry.measure_function()(
+            target, specs, prompts, ks, **params.as_dict(), max_new_tokens=max_new_tokens, ignore_eos=ignore_eos,
+            seed=seed, repeats=repeats, max_prompts=max_prompts, dump=dump, save_dump=save_dump,
+            top_k_save=top_k_save, costs=table, cost_repeats=cost_repeats, hf_generate=hf_generate, trials=trials,
+            progress=stage_progress(stderr_console()), policies=policies)
     except (InvalidInput, InvalidType) as exc:  # told about the option the user typed
         argument = getattr(exc, "argument", None)
         if argument == "max_new_tokens":

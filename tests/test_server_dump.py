@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fastspec.io import load_dump
-from fastspec.engines.vllm import free_port
+from fastspec.engines.vllm.runner import free_port
 from fastspec.io.servers import HttpClient, ServerError, VllmEngine
 from fastspec.server_dump import dump_from_servers, staging_dir, union_bounds
 from fastspec_cli.main import app
@@ -728,7 +728,7 @@ def test_real_vllm_server_dump_agrees_with_fastspec_dump(vllm_python, tmp_path):
     draft = _tiny(tmp_path / "q4", 0, quantize_bits=4)
     rng = np.random.default_rng(1)
     prompts = [[0] + [int(x) for x in rng.integers(2, 256, n)] for n in (5, 8, 11)]
-    from fastspec.engines.vllm import serve
+    from fastspec.engines.vllm.runner import serve
 
     # float32 (serve's default): the CPU build loads a float32 checkpoint as bfloat16 otherwise, and bfloat16
     # rounding flips near-tied greedy choices against fastspec dump's float32 forwards

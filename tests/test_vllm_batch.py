@@ -1,4 +1,5 @@
-"""vLLM's throughput at several concurrencies and its batch cost table (fastspec.engines.vllm_batch).
+"""vLLM's throughput at several concurrencies and its batch cost table (the experiment of
+``benchmarks/vllm_batch/``, imported from there as ``vllm_batch``).
 
 Fast tests: the arithmetic of the cost table (known forward times in, the same out), the exact counters against a
 slow obvious replay of vLLM's n-gram speculative decoding at T = 0, the aggregation of recorded runs (counters
@@ -18,9 +19,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from fastspec.engines import vllm_batch as VB
-from fastspec.engines.vllm import EngineError
+from fastspec.engines.errors import EngineError
 from fastspec.errors import InvalidInput
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+if BENCHMARKS not in sys.path:  # the experiment lives with its benchmark (benchmarks/vllm_batch/)
+    sys.path.insert(0, BENCHMARKS)
+from vllm_batch import driver as VB  # noqa: E402
 
 
 # -- the cost table -------------------------------------------------------------------------------------------------
@@ -229,10 +234,10 @@ def test_compare_with_prediction_errors_and_break_even():
     assert "1.80 / 1.70" in rows[0]  # tokens per request-step, measured / predicted
 
 
-# -- the schedule replay (fastspec.engines.vllm_schedule) -------------------------------------------------------------
+# -- the schedule replay (benchmarks/vllm_batch/schedule.py) ----------------------------------------------------------
 
 def test_replay_schedule_by_hand():
-    from fastspec.engines.vllm_schedule import replay_schedule
+    from vllm_batch.schedule import replay_schedule
 
     # decode steps of 2, 1, 3 (tokens 5, 1 / 1 / 1, 5, 1) at concurrency 2: the third joins when the second ends
     reqs = [[5, 1], [1], [1, 5, 1]]
@@ -245,7 +250,7 @@ def test_replay_schedule_by_hand():
 
 
 def test_request_tokens_follow_the_step_by_step_replay():
-    from fastspec.engines.vllm_schedule import request_steps, request_tokens
+    from vllm_batch.schedule import request_steps, request_tokens
     from fastspec.ngram import propose
 
     rng = np.random.default_rng(3)
@@ -274,7 +279,7 @@ def _table(batches=(1, 4)):
 
 
 def test_step_price_interpolates_in_n_and_b():
-    from fastspec.engines.vllm_schedule import step_price
+    from vllm_batch.schedule import step_price
 
     t = _table()
     assert step_price(t, 1, 1, 4) == 0.25 + 0.0625                      # plain step at B = 1
@@ -286,7 +291,7 @@ def test_step_price_interpolates_in_n_and_b():
 
 
 def test_schedule_predictions_plain_arithmetic_and_break_even():
-    from fastspec.engines.vllm_schedule import schedule_predictions
+    from vllm_batch.schedule import schedule_predictions
 
     t = _table((1, 2))
     prompts = [[1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6]]
@@ -354,6 +359,8 @@ def _worker(fake_python, tmp_path, mode):
 def test_worker_answers_and_reports_errors(fake_python, tmp_path):
     w = _worker(fake_python, tmp_path, "ok")
     try:
+        with open(os.path.join(w._tmp.name, "job.json")) as f:  # counters are read by fastspec's vLLM worker's code
+            assert os.path.isfile(json.load(f)["counters_from"])
         assert w.wait_ready(30)["vllm_version"] == "fake"
         assert w.call({"op": "run", "x": 1}, 30) == {"echo": {"op": "run", "x": 1}}
         with pytest.raises(EngineError, match=r"vllm \(plain\): vllm failed: ValueError: unknown op"):
@@ -448,7 +455,7 @@ def test_real_vllm_counters_exact_at_every_concurrency(vllm_python, tmp_path):
         for b in ("1", "4"):
             assert res.throughput[cfg][b]["tokens_per_s"] > 0
     assert len([r for r in d["runs"] if r["config"] == "spec"]) == 2
-    from fastspec.engines.vllm_schedule import request_steps
+    from vllm_batch.schedule import request_steps
 
     steps = request_steps(prompts, res.records, k=3, min_n=1, max_n=3, max_tokens=40)
     for r in d["runs"]:  # the replayed steps per request are vLLM's own, at every concurrency

@@ -59,7 +59,7 @@ def models(tmp_path_factory):
 
 
 def test_vllm_counters_equal_the_exact_prediction_at_temperature_0(vllm_python, models):
-    from fastspec.engines.compare import EngineDraft, compare_vllm
+    from fastspec.engines.vllm.compare import EngineDraft, compare_vllm
     from fastspec.hf.audit import audit_model_output
     from fastspec.hf.teacher import TeacherCache
     from fastspec.params import SamplingParams

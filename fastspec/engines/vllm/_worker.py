@@ -1,9 +1,11 @@
 """Runs vLLM's offline engine for one configuration; executed by path with the Python of vLLM's environment.
 
-    VLLM_PYTHON fastspec/engines/_vllm_worker.py JOB.json OUT.json
+    VLLM_PYTHON /abs/path/fastspec/engines/vllm/_worker.py JOB.json OUT.json
 
 This file imports only the standard library and vllm (never fastspec: vLLM usually lives in its own environment,
-whose numpy / numba / transformers pins differ from fastspec's).  JOB.json (written by :mod:`fastspec.engines.vllm`):
+whose numpy / numba / transformers pins differ from fastspec's).  Run by path, its folder is ``sys.path[0]``; the
+folder holds no module named ``vllm``, so ``import vllm`` is vLLM itself.  JOB.json (written by
+:mod:`fastspec.engines.vllm.runner`):
 ``model``, ``speculative_config`` (a dict or null), ``prompts`` (lists of token ids), ``sampling`` (temperature,
 top_k, top_p, min_p), ``seed``, ``max_tokens``, ``ignore_eos``, ``max_model_len``, ``warmup`` (one request generated and
 discarded before the clock starts), ``record_tokens`` (if set: first every prompt with this token budget, untimed,
@@ -18,10 +20,6 @@ import json
 import os
 import sys
 import time
-
-# run by path, this file's folder is sys.path[0]: it holds fastspec's own vllm.py, which must not shadow vLLM
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
 
 
 def _counters(llm):

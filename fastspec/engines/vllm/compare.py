@@ -31,10 +31,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInput
-from ..params import SamplingParams
-from ..stats import t_quantile_975
-from .conventions import VLLM, Counters, counters_summary, expected_counters
+from ...errors import InvalidInput
+from ...params import SamplingParams
+from ...processing import probabilities
+from ...stats import t_quantile_975
+from ..conventions import Counters, counters_summary, expected_counters
+from . import runner as V
+from .conventions import VLLM
 
 __all__ = ["EngineDraft", "RowComparison", "EngineComparison", "compare_vllm", "paired_ratio_difference",
            "position_quantities"]
@@ -71,13 +74,11 @@ def paired_ratio_difference(num_a, den_a, num_b, den_b) -> tuple[float, float, f
 def position_quantities(target_logits: np.ndarray, draft_logits: np.ndarray | None, sampling: SamplingParams):
     """Per position of a teacher-forced record: the target's processed probabilities p [T, V] (float64) and,
     with a draft, (argmax q_t, p_t(argmax q_t), sum_v min(p_t, q_t)) [T] each (else None)."""
-    import fastspec
-
     kw = sampling.as_dict()
-    p = fastspec.probabilities(target_logits, **kw)
+    p = probabilities(target_logits, **kw)
     if draft_logits is None:
         return p, None
-    q = fastspec.probabilities(draft_logits, **kw)
+    q = probabilities(draft_logits, **kw)
     top = np.argmax(draft_logits, axis=-1)  # lowest index on ties, as every greedy choice in fastspec
     p_argmax = p[np.arange(p.shape[0]), top]
     alpha = np.minimum(p, q).sum(axis=-1)
@@ -135,7 +136,7 @@ def _keep(runs_dir: str | None, name: str, run) -> None:
     import json
     import os
 
-    from ..io.files import atomic_write_text
+    from ...io.files import atomic_write_text
 
     os.makedirs(runs_dir, exist_ok=True)
     atomic_write_text(os.path.join(runs_dir, name.replace("/", "_") + ".json"), json.dumps(dict(run.__dict__)))
@@ -170,8 +171,7 @@ def compare_vllm(target: str, drafts: Sequence[EngineDraft], prompts: Sequence[S
     teacher-forced logits [len(continuation), V] (default: :func:`fastspec.hf.teacher.teacher_forced_logits`
     with the model loaded once per path).  ``runs_dir``: each engine run's outputs and counters are also written
     there as JSON (``plain.json``, ``<draft>_k<k>.json``), for an audit later."""
-    from . import vllm as V
-    from ..hf.prediction import speedup_ci
+    from ...hf.prediction import speedup_ci
 
     if not prompts:
         raise InvalidInput("prompts is empty: give at least two prompts (the intervals are over prompts)")
@@ -197,7 +197,7 @@ def compare_vllm(target: str, drafts: Sequence[EngineDraft], prompts: Sequence[S
 
     # teacher-forced quantities along the record, per model
     if teacher is None:
-        from ..hf.teacher import TeacherCache
+        from ...hf.teacher import TeacherCache
         teacher = TeacherCache()
     say("fastspec: teacher-forcing the target and the drafts along vLLM's record")
     per_prompt_p = []
@@ -226,7 +226,7 @@ def compare_vllm(target: str, drafts: Sequence[EngineDraft], prompts: Sequence[S
             else:
                 a = p_argmax if draft_sample_method == "greedy" else alpha
             return lambda s: a[s:s + k]
-        from ..ngram import proposals_along
+        from ...ngram import proposals_along
 
         ctx = np.concatenate([np.asarray(prompts[i], np.int64), rec])
         props = proposals_along(ctx, len(prompts[i]), k, min_n=d.min_n, max_n=d.max_n, occurrence="earliest")

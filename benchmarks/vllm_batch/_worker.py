@@ -1,10 +1,12 @@
 """A long-lived vLLM offline engine that answers batch jobs; executed by path with the Python of vLLM's environment.
 
-    VLLM_PYTHON fastspec/engines/_vllm_batch_worker.py JOB.json
+    VLLM_PYTHON benchmarks/vllm_batch/_worker.py JOB.json
 
-Imports only the standard library and vllm (never fastspec).  JOB.json (written by
-:mod:`fastspec.engines.vllm_batch`): ``model``, ``speculative_config`` (a dict or null), ``seed``,
-``max_model_len``, ``max_num_seqs``, ``block_size``, ``dtype``.  The engine runs in this process
+Imports only the standard library and vllm (never fastspec; this folder holds no module named vllm, so the real
+one is imported).  JOB.json (written by ``benchmarks/vllm_batch/driver.py``): ``model``, ``speculative_config`` (a
+dict or null), ``seed``, ``max_model_len``, ``max_num_seqs``, ``block_size``, ``dtype``, ``counters_from`` (the
+path of fastspec's one-configuration worker, ``fastspec/engines/vllm/_worker.py``, whose functions read vLLM's
+spec-decode counters; loaded by path).  The engine runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by the caller), so an engine step is one synchronous call and an idle
 worker costs no CPU: it blocks on its stdin.
 
@@ -27,29 +29,20 @@ import os
 import sys
 import time
 
-# run by path, this file's folder is sys.path[0]: it holds fastspec's own vllm.py, which must not shadow vLLM
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
 
-
-def _sibling(name):
-    """The module in this folder's ``name``.py, loaded by path (this folder is not on sys.path: see above)."""
+def _load(path):
+    """A module loaded by path (standard library only: it is fastspec's vLLM worker, which never imports fastspec)."""
     import importlib.util
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    spec = importlib.util.spec_from_file_location("_fastspec_" + name, path)
+    spec = importlib.util.spec_from_file_location("_fastspec_vllm_worker", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-# the spec-decode counters and their differences: the one-configuration worker's own functions
-_WORKER = _sibling("_vllm_worker")
-_counters, _minus = _WORKER._counters, _WORKER._minus
-
-
 class Engine:
     def __init__(self, job):
         t0 = time.perf_counter()
+        self.counters = _load(job["counters_from"])  # vLLM's spec-decode counters and their differences
         import vllm
         from vllm import LLM
 
@@ -109,9 +102,10 @@ class Engine:
         return wall, [outs[i] for i in range(len(prompts))], busy
 
     def run(self, cmd):
-        before = _counters(self.llm)
+        read, minus = self.counters._counters, self.counters._minus
+        before = read(self.llm)
         wall, outs, busy = self._loop(cmd["prompts"], int(cmd["max_tokens"]), int(cmd["concurrency"]))
-        return {"wall_s": wall, "outputs": outs, "counters": _minus(_counters(self.llm), before),
+        return {"wall_s": wall, "outputs": outs, "counters": minus(read(self.llm), before),
                 "steps": len(busy), "busy": busy}
 
     def time(self, cmd):
