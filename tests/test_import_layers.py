@@ -57,16 +57,6 @@ LAYERS = [
     *_layer(8, "cli", "fastspec_cli"),
 ]
 
-#: Today's violations that other changes of issue #29 remove, each with its owner.  Entries are (importer, imported)
-#: arrows; the test ignores them (so a circle they close is not reported) and fails on an entry that no longer
-#: occurs (delete it then).  The lead empties this list once the parallel changes are merged.
-KNOWN = {
-    # engines helper: hf/measure.py runs the engines' hf_generate (the engine registry takes the measurement over)
-    ("fastspec.hf.measure", "fastspec.engines.hf_generate"): "engines",
-    # engines helper: engines/compare.py imports the facade (fastspec) instead of the module it needs
-    ("fastspec.engines.compare", "fastspec"): "engines",
-}
-
 
 def _placed(module: str) -> tuple[float, str] | None:
     """(level, layer name) of ``module``: its most specific entry in :data:`LAYERS` (the facade ``fastspec`` only
@@ -186,8 +176,6 @@ def test_no_import_points_up_the_layers():
     _, edges = _graph()
     bad = []
     for a, b, where in edges:
-        if (a, b) in KNOWN:
-            continue
         (la, na), (lb, nb) = _placed(a), _placed(b)
         if lb > la:
             bad.append(f"{where}: {a} (layer {la:g}, {na}) imports {b} (layer {lb:g}, {nb}); an import may only "
@@ -198,7 +186,7 @@ def test_no_import_points_up_the_layers():
 
 def test_no_import_circle():
     modules, edges = _graph()
-    live = [e for e in edges if (e[0], e[1]) not in KNOWN]
+    live = edges
     circles = []
     for comp in _components(list(modules), live):
         inside = set(comp)
@@ -208,18 +196,11 @@ def test_no_import_circle():
                          "function-local import does not break a circle):\n" + "\n".join(circles))
 
 
-def test_known_violations_still_occur():
-    _, edges = _graph()
-    seen = {(a, b) for a, b, _ in edges}
-    stale = [f"{a} -> {b} (owner: {owner})" for (a, b), owner in KNOWN.items() if (a, b) not in seen]
-    assert not stale, "KNOWN lists arrows that no longer occur: delete them from KNOWN:\n" + "\n".join(stale)
-
-
 def test_io_imports_no_analysis():
     """The formats never import what reads them (the circle io -> acceptance -> shards -> distributed -> io)."""
     _, edges = _graph()
     bad = [f"{where}: {a} imports {b}" for a, b, where in edges
-           if a.startswith("fastspec.io") and _placed(b)[0] > _placed("fastspec.io")[0] and (a, b) not in KNOWN]
+           if a.startswith("fastspec.io") and _placed(b)[0] > _placed("fastspec.io")[0]]
     assert not bad, "\n".join(bad)
 
 
