@@ -7,8 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the deprecated alias package is, by definition, a view of its new home (fastspec.simulation)
-ALLOWED = {"fastspec/simulate/__init__.py"}
+ALLOWED: set[str] = set()
 
 
 def _parent_package_imports(path: Path) -> list[str]:
