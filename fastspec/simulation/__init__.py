@@ -27,14 +27,15 @@ independent groups (Monte-Carlo batches of trials; the serving batch sizes are `
 every sequence; the interval is the ratio-of-totals estimate +- t_{0.975, batches-1} times the standard error of the
 batch estimates. It is Monte-Carlo uncertainty *given the recorded trajectories*, not uncertainty over prompts. The
 MC estimate and the exact value are flagged as disagreeing (``mc_agrees_with_exact`` False) when z = (MC - exact) /
-standard error exceeds, in absolute value, ``mc_vs_exact_threshold``: the two-sided Student-t quantile with batches
-- 1 degrees of freedom at the false-alarm probability :data:`AGREEMENT_FALSE_ALARM` (1e-4 per check: 4.90 with the
-default 20 batches, 28.0 with 4); the token-mode acceptance check is judged at the same probability against the
-normal (3.89). A correct replay fails a check with that probability; a replay that under-accepts by 3% is flagged by
-the defaults on the 12 sequences of data/synthetic_pair.npz. Two batches (``trials >= 2``) are the minimum. When
-every batch gives the same estimate of a random process (too few trials for the spread to show), no interval is
-reported (``ci95``, ``standard_error`` and ``mc_vs_exact_z`` are None), the agreement is not checked (None) and a
-warning says so; a process without randomness (every alpha_t 0 or 1, e.g. greedy) has an exact zero-width interval.
+standard error exceeds, in absolute value, ``mc_vs_exact_threshold``: the two-sided Student-t quantile with
+(batches - 1) degrees of freedom at the false-alarm probability :data:`AGREEMENT_FALSE_ALARM` (1e-4 per check: 4.90
+with the default 20 batches, 28.0 with 4); the token-mode acceptance check is judged at the same probability against
+the normal (3.89). A correct replay fails a check with that probability; a replay that under-accepts by 3% is
+flagged by the defaults on the 12 sequences of data/synthetic_pair.npz. Two batches (``trials >= 2``) are the
+minimum. When every batch gives the same estimate of a random process (too few trials for the spread to show), no
+interval is reported (``ci95``, ``standard_error`` and ``mc_vs_exact_z`` are None), the agreement is not checked
+(None) and a warning says so; a process without randomness (every alpha_t 0 or 1, e.g. greedy) has an exact
+zero-width interval.
 
 Sparse dumps.  Only an interval [lower_t, upper_t] containing alpha_t is known.  The exact mean acceptance
 length is non-decreasing in every alpha_t, so the DP evaluated at the lower and upper ends bounds the true
@@ -64,7 +65,6 @@ from ..io.dump import DumpBase
 from ..methods import VERIFICATION_METHODS
 from ..stats import batch_means_ci
 from .argmax import argmax_acceptance
-from .batch import batch_predictions
 from .config import (DRAFT_SAMPLING, MODES, SIMULATED_SAMPLING, SimulateConfig, SimulatePlan, ngram_argmax_message,
                      ngram_variants_message, parse_k_list)
 from .costs import CostModel, VerifyCost
@@ -243,6 +243,8 @@ def _price(res: SimulationResult) -> SimulationResult:
     res.best_overall = best_overall(res.results) if plan.pricing is not None else None
     res.verdict = verdict(res.best_overall, plan.pricing)
     if plan.batch_sizes is not None:
+        from .batch import batch_predictions  # only with batch sizes (import time of the plain command)
+
         res.batch = batch_predictions(res, plan.batch_table, plan.batch_sizes, plan.batch_extrapolate)
     return res
 

@@ -6,14 +6,13 @@ A typed error raised while checking a setting carries the name(s) of the argumen
 ``exc.arguments`` (:func:`about`), so a front end can speak of its own names (the command line: its flags)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -22,13 +21,11 @@ from ..config import (DEFAULT_BATCHES, DEFAULT_BLOCK_TRIALS, DEFAULT_TRIALS, MAX
                       MAX_TRIALS, MIN_TRIALS)
 from ..acceptance import resolve_sampling
 from ..costs import CostTable
-from ..costs_batch import parse_batch_list
 from ..errors import InvalidInput, InvalidType
 from ..methods import check_candidate_sampling, check_method
 from ..ngram import NgramProposer
 from ..params import NAMES as SAMPLING_NAMES, SamplingParams, _scalar, format_value
 from ..policies import parse_policies
-from .batch import check_batch_table
 from .costs import CostModel, VerifyCost
 from .ngram import NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
 from .speedup import FlagPricing, TablePricing
@@ -318,6 +315,9 @@ def _batch_sizes(batch_sizes, extrapolate, pricing, costs, ks):
             with about("batch_extrapolate", "batch_sizes"):
                 raise InvalidInput("batch_extrapolate needs batch_sizes (the serving batch sizes to predict)")
         return None
+    from ..costs_batch import parse_batch_list  # only with batch sizes (import time of the plain command)
+    from .batch import check_batch_table
+
     with about("batch_sizes"):
         bs = parse_batch_list(batch_sizes, "batch_sizes")
     if isinstance(pricing, FlagPricing):
@@ -333,8 +333,7 @@ def _batch_sizes(batch_sizes, extrapolate, pricing, costs, ks):
     return bs
 
 
-@dataclass(frozen=True)
-class SimulatePlan:
+class SimulatePlan(NamedTuple):
     """How :func:`fastspec.simulate` runs a :class:`SimulateConfig`: its settings validated, with the defaults
     filled in (:attr:`SimulateConfig.checked`), then bound to one open dump (:meth:`SimulateConfig.resolve`: the
     fields after ``batch_table``; before, they are None)."""
@@ -506,8 +505,8 @@ class SimulateConfig:
             raise InvalidInput(f"{dump.path}: {what} needs the full target and draft distributions (dense logits); "
                                "this dump is sparse top-k: use token verification with one candidate, or a dense "
                                "dump")
-        return dataclasses.replace(plan, pricing=pricing, sampling=sp, model_drafts=names, ngrams=ngrams,
-                                   batch_table=table, dump_kind=dump.kind)
+        return plan._replace(pricing=pricing, sampling=sp, model_drafts=names, ngrams=ngrams,
+                             batch_table=table, dump_kind=dump.kind)
 
     @classmethod
     def from_kwargs(cls, **settings) -> "SimulateConfig":
@@ -526,11 +525,13 @@ def _batch_table(dump, plan, pricing):
     construction, or the dump's recorded one, checked here."""
     if plan.batch_sizes is None:
         return None
+    from .batch import check_batch_table  # only with batch sizes (import time of the plain command)
+
     if pricing is None:
         with about("batch_sizes"):
             raise InvalidInput(f"batch_sizes needs a cost table with the batch sizes "
-                               f"{','.join(map(str, plan.batch_sizes))}: {dump.path} records none; give one "
-                               "(costs=, measured by fastspec cost --batch)")
+                               f"{','.join(map(str, plan.batch_sizes))}: {dump.path} records none; give one measured "
+                               "with them (fastspec cost --batch ... --out FILE)")
     if pricing.source == "dump":
         with about("batch_sizes"):
             check_batch_table(pricing.table, plan.batch_sizes, plan.ks, plan.batch_extrapolate)

@@ -1,8 +1,8 @@
 """What :func:`fastspec.simulate` returns; ``as_dict()`` is the command line's ``--json`` object (names stable)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 __all__ = ["DraftKResult", "SimulationResult", "ASSUMPTIONS", "VARIANT_ASSUMPTIONS", "BLOCK_EXACT_REASON",
            "ARGMAX_ASSUMPTION", "SPEEDUP_ASSUMPTIONS", "RESULT_KINDS", "SECTIONS", "SECTION_TYPES", "TokenCheck",
@@ -24,8 +24,7 @@ RESULT_KINDS = {
               ("exact", "sequences", "speedup", "ngram")),
 }
 
-@dataclass(frozen=True)
-class TokenCheck:
+class TokenCheck(NamedTuple):
     """Token mode's check: the acceptance frequency over the judged positions against their alpha_t
     (``token_check`` in the JSON)."""
 
@@ -39,8 +38,7 @@ class TokenCheck:
     passed: bool
 
 
-@dataclass(frozen=True)
-class ExactFigures:
+class ExactFigures(NamedTuple):
     """The exact expectation of the replayed process (dynamic programming), and the closed form of the mean alpha."""
 
     mean_acceptance_length_exact: float | None
@@ -53,8 +51,7 @@ class ExactFigures:
     exact_reason: str | None
 
 
-@dataclass(frozen=True)
-class MonteCarloFigures:
+class MonteCarloFigures(NamedTuple):
     """The Monte-Carlo replay: its estimate and batch-means interval, and its agreement with the exact value."""
 
     mean_acceptance_length: float | None
@@ -71,24 +68,21 @@ class MonteCarloFigures:
     token_check: TokenCheck | None
 
 
-@dataclass(frozen=True)
-class SequenceInterval:
+class SequenceInterval(NamedTuple):
     """The exact expectation's uncertainty over the recorded sequences (prompts as clusters)."""
 
     ci95_sequences: tuple | None
     standard_error_sequences: float | None
 
 
-@dataclass(frozen=True)
-class SpeedupFigures:
+class SpeedupFigures(NamedTuple):
     """The predicted speed-up and its interval (sequences and measured costs)."""
 
     speedup: float | None
     speedup_ci95: tuple | None
 
 
-@dataclass(frozen=True)
-class BoundFigures:
+class BoundFigures(NamedTuple):
     """A sparse dump: exact lower and upper bounds of alpha and of tokens per step."""
 
     alpha_lower: float | None
@@ -97,8 +91,7 @@ class BoundFigures:
     mean_acceptance_length_upper: float | None
 
 
-@dataclass(frozen=True)
-class SpeedupBounds:
+class SpeedupBounds(NamedTuple):
     """A sparse dump: the speed-up at the bounds, and the interval from the lower bound's low end to the upper
     bound's high end."""
 
@@ -107,8 +100,7 @@ class SpeedupBounds:
     speedup_ci95: tuple | None
 
 
-@dataclass(frozen=True)
-class NgramFigures:
+class NgramFigures(NamedTuple):
     """The n-gram draft's replay: plain target steps, tokens per target forward, accepted drafts off the record."""
 
     plain_steps: float | None
@@ -116,12 +108,12 @@ class NgramFigures:
     off_record: float | None
 
 
-#: section -> its type, whose fields are the flat fields (JSON names, stable) it groups
+#: section -> its type (a typed, read-only record), whose fields are the flat fields (JSON names, stable) it groups
 SECTION_TYPES = {"exact": ExactFigures, "monte_carlo": MonteCarloFigures, "sequences": SequenceInterval,
                  "speedup": SpeedupFigures, "bounds": BoundFigures, "speedup_bounds": SpeedupBounds,
                  "ngram": NgramFigures}
 #: section -> the flat fields (JSON names, stable) it groups
-SECTIONS = {name: tuple(f.name for f in fields(t)) for name, t in SECTION_TYPES.items()}
+SECTIONS = {name: t._fields for name, t in SECTION_TYPES.items()}
 
 
 @dataclass
