@@ -98,7 +98,9 @@ def simulate_command(
              "--costs": ("costs", False if costs is not None and costs.lower() == "none" else costs),
              "--draft": ("drafts", draft or None), "--batch": ("batch_sizes", batch),
              "--batch-extrapolate": ("batch_extrapolate", batch_extrapolate)}
-    config = config_from_flags(SimulateConfig, flags, CONFLICTS)
+    conflicts = {**CONFLICTS, ("batch_sizes", "dump"): f"--batch needs a cost table with the batch sizes {batch}: "
+                 f"{dump} records none; give --costs FILE (fastspec cost --batch ... --out FILE)"}
+    config = config_from_flags(SimulateConfig, flags, conflicts)
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
     plt, plot = (None, None) if plot is None else _plot_target(plot)
@@ -110,7 +112,7 @@ def simulate_command(
     if start is not None:
         start()
     try:
-        with open_scheduler(scheduler) as client, flag_errors(flags, CONFLICTS):
+        with open_scheduler(scheduler) as client, flag_errors(flags, conflicts):
             res = simulate(dump, config, progress=advance, progress_total=set_total, client=client,
                            verify_integrity=integrity)
     finally:

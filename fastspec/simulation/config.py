@@ -276,12 +276,11 @@ def _cost_model(draft_cost, verify_cost, ks):
                               f"{format_value(draft_cost)}")
         c = 0.0 if draft_cost is None else float(draft_cost)
         if not (math.isfinite(c) and c >= 0):
-            raise InvalidInput(f"draft_cost = {format_value(draft_cost)} is invalid: give a finite number >= 0 (one "
-                               "draft forward relative to one target forward)")
+            raise InvalidInput(f"draft_cost = {format_value(draft_cost)} is invalid: use a finite value >= 0")
     with about("verify_cost"):
         cost = CostModel(c, VerifyCost.parse(verify_cost))
-        for kk in ks:
-            cost.step_cost(kk)  # table coverage and positivity, before any heavy work
+    for kk in ks:
+        cost.step_cost(kk)  # table coverage and positivity, before any heavy work (its message names the table)
     return cost
 
 
@@ -528,7 +527,7 @@ def _batch_table(dump, plan, pricing):
     from .batch import check_batch_table  # only with batch sizes (import time of the plain command)
 
     if pricing is None:
-        with about("batch_sizes"):
+        with about("batch_sizes", "dump"):
             raise InvalidInput(f"batch_sizes needs a cost table with the batch sizes "
                                f"{','.join(map(str, plan.batch_sizes))}: {dump.path} records none; give one measured "
                                "with them (fastspec cost --batch ... --out FILE)")
