@@ -130,14 +130,47 @@ def option_errors(flag: str):
         raise FlagError(flag_message(flag, str(exc))) from None
 
 
-def flag_message(flag: str, message: str) -> str:
+def flag_message(flag: str, message: str, name: str | None = None) -> str:
     """A library message about an argument, told about the flag: "top_p = 2 is invalid: ..." (the library's
-    name of ``--top-p``) becomes "--top-p 2 is invalid: ..."; any other message is prefixed with the flag."""
-    name = flag.lstrip("-").replace("-", "_")
-    for lead in (f"{name} = ", f"{name} "):
-        if message.startswith(lead):
-            return f"{flag} {message[len(lead):]}"
+    name of ``--top-p``; ``name`` when the library calls it otherwise) becomes "--top-p 2 is invalid: ..."; any
+    other message is prefixed with the flag."""
+    names = dict.fromkeys(n for n in (name, flag.lstrip("-").replace("-", "_")) if n)
+    for n in names:
+        for lead in (f"{n} = ", f"{n} "):
+            if message.startswith(lead):
+                return f"{flag} {message[len(lead):]}"
     return f"{flag}: {message}"
+
+
+def config_from_flags(build, table: dict, conflicts: dict | None = None):
+    """``build(**fields)`` (a library config) from a command's one table ``{flag: (field, value)}``: the library
+    validates each field once; its typed error about field(s) (``exc.arguments``, fastspec.simulation.config.about)
+    becomes one line about the flag(s) the user typed (:func:`flag_errors`)."""
+    with flag_errors(table, conflicts):
+        return build(**{name: value for name, value in table.values()})
+
+
+@contextmanager
+def flag_errors(table: dict, conflicts: dict | None = None):
+    """Raise the library's typed error about the fields of ``table`` (``{flag: (field, value)}``, the fields named by
+    ``exc.arguments``) as a :class:`FlagError` about their flags: ``conflicts`` words the refusals of a combination
+    of fields for the command line (``{(field, ...): message}``); any other error passes unchanged."""
+    from fastspec.errors import InvalidType
+
+    try:
+        yield
+    except FlagError:
+        raise
+    except (InvalidInput, InvalidType) as exc:
+        names = getattr(exc, "arguments", None)
+        flags = {name: flag for flag, (name, _) in table.items()}
+        if names and names in (conflicts or {}):
+            raise FlagError(conflicts[names]) from None
+        if not names or not all(n in flags for n in names):
+            raise
+        flag = "/".join(flags[n] for n in names)
+        raise FlagError(flag_message(flag, str(exc), names[0] if len(names) == 1 else None)) from None
+
 
 
 def check_seed(seed: int) -> int:

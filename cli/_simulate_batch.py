@@ -1,13 +1,12 @@
-"""``fastspec simulate --batch``: the batch-size predictions (fastspec.simulation.batch), checked before the
-simulation, rendered after it (table, JSON, plot)."""
+"""``fastspec simulate --batch``: its options, and the rendering of the batch-size predictions
+(fastspec.simulation.batch; ``SimulateConfig.batch_sizes``, computed by :func:`fastspec.simulate` into the
+result's ``batch``): table and plot."""
 from __future__ import annotations
-
 
 import typer
 from rich.table import Table
 
-from ._common import fail, stdout_console
-from ._options import option_errors
+from ._common import stdout_console
 
 
 def batch_option():
@@ -22,52 +21,6 @@ def extrapolate_option():
     return typer.Option(False, "--batch-extrapolate", help="With --batch: read batch sizes the cost table lacks off "
                         "a straight line through the two nearest measured ones (listed in the output as "
                         "extrapolated) instead of refusing.")
-
-
-def _dump_costs(dump: str):
-    """(whether the dump opened, its recorded cost table or None); a dump that does not open is the simulation's
-    to report, with its own message."""
-    try:
-        from fastspec.io import open_dump
-
-        with open_dump(dump) as d:
-            return True, d.costs
-    except Exception:  # noqa: BLE001 - any failure is the simulation's to report
-        return False, None
-
-
-def prepare(batch: str | None, extrapolate: bool, *, dump: str, table, costs: str | None, relative: bool, ks):
-    """(batch sizes, cost table) of --batch, checked before any work (one line, exit 2), or (None, None)."""
-    if batch is None:
-        if extrapolate:
-            fail("--batch-extrapolate needs --batch (the batch sizes to predict)")
-        return None, None
-    from fastspec.simulation.batch import check_batch_table
-    from fastspec.costs import parse_batch_list
-
-    with option_errors("--batch"):
-        bs = parse_batch_list(batch, "batch")
-    if relative:
-        fail("--batch needs measured seconds at each batch size (a cost table with a batch axis, --costs FILE), not "
-             "the relative --draft-cost/--verify-cost")
-    if costs is not None and table is None:
-        fail("--batch needs a cost table; --costs none gives none")
-    if table is None:
-        opened, table = _dump_costs(dump)
-        if opened and table is None:
-            fail(f"--batch needs a cost table with the batch sizes {batch}: {dump} records none; give --costs FILE "
-                 "(fastspec cost --batch ... --out FILE)")
-    if table is not None:
-        with option_errors("--batch"):
-            check_batch_table(table, bs, ks, extrapolate)
-    return bs, table
-
-
-def predict(res, table, bs, extrapolate):
-    from fastspec.simulation.batch import batch_predictions
-
-    with option_errors("--batch"):
-        return batch_predictions(res, table, bs, extrapolate)
 
 
 def _ci(pair):

@@ -72,13 +72,14 @@ def policy_search_command(
 ) -> None:
     """Search draft-length policies (fixed k, confidence stops, SpecDec++-style stops, Hugging Face's schedules) for
     the largest predicted speed-up; prints best fixed k, HF's default and the best policy in one sentence."""
-    from fastspec.simulation.policy_eval import check_trials
+    from fastspec.simulation.config import check_trials
+    from fastspec.simulation.policy_eval import MAX_POLICY_TRIALS
     from fastspec.simulation.policy_search import search_policies
 
     given = check_sampling(temperature, top_k, top_p, min_p)
     check_seed(seed)
     with option_errors("--trials"):
-        check_trials(trials)
+        check_trials(trials, high=MAX_POLICY_TRIALS)
     if not (budget_s > 0 and budget_s < float("inf")):
         fail(f"--budget-s {budget_s:g} is invalid: give a number of seconds > 0")
     if top < 0:

@@ -9,12 +9,11 @@ from rich.table import Table
 
 from ._common import EXIT_RUNTIME, fail, print_json, progress_bar, stderr_console, stdout_console
 from ._dask import open_scheduler
-from ._options import (check_sampling, check_seed, dump_argument, integrity_option, json_option, k_option,
-                       min_p_option, option_errors, parse_k, scheduler_option, seed_option, temperature_option,
-                       top_k_option, top_p_option)
-from ._options import parse_policy_options, policy_option
+from ._options import (config_from_flags, dump_argument, flag_errors, integrity_option, json_option, k_option,
+                       min_p_option, policy_option, scheduler_option, seed_option, temperature_option, top_k_option,
+                       top_p_option)
 from ._app import app
-from ._simulate_batch import batch_option, extrapolate_option
+from ._simulate_batch import batch_option, batch_plot_path, extrapolate_option, plot_batch, print_batch
 
 
 def _fmt(v, digits=3):
@@ -86,90 +85,51 @@ def simulate_command(
     policy: Optional[List[str]] = policy_option(),
 ) -> None:
     """Monte-Carlo and exact what-if analysis: tokens per verify step and speed-up per draft and k."""
-    from fastspec.simulation import AGREEMENT_FALSE_ALARM, SimulateConfig, VerifyCost, simulate
-    from fastspec.simulation.config import (block_trials as check_block_trials, check_mode, check_trials, draft_modes,
-                                            variants)
+    from fastspec.simulation import AGREEMENT_FALSE_ALARM, SimulateConfig, simulate
 
-    ks = parse_k(k)
-    policies = parse_policy_options(policy)
-    given = check_sampling(temperature, top_k, top_p, min_p)
-    with option_errors("--mode"):
-        check_mode(mode)
-    with option_errors("--trials"):
-        check_trials(trials, mode)
-    with option_errors("--block-trials"):  # checked whether or not --verify has block
-        check_block_trials(block_trials, 1)
-    for flag, args in (("--verify", (verify, "1", "iid")), ("--candidates", ("token", candidates, "iid")),
-                       ("--candidate-sampling", ("token", "1", candidate_sampling)),
-                       ("--verify/--candidates", (verify, candidates, candidate_sampling))):
-        with option_errors(flag):
-            variants(*args)
-    with option_errors("--draft-sampling"):
-        draft_mode, _ = draft_modes(draft_sampling, None)
-    with option_errors("--draft-sampling/--candidate-sampling"):
-        draft_mode, _ = draft_modes(draft_sampling, candidate_sampling)
-    if draft_mode == "argmax" and "block" in [v.strip() for v in verify.split(",")]:
-        fail("--verify block with argmax drafts (--draft-sampling argmax or --candidate-sampling deterministic) is "
-             "not simulated: block verification's acceptance with a one-hot q is not derived here; use --verify "
-             "token")
-    check_seed(seed)
-    with option_errors("--verify-cost"):
-        VerifyCost.parse(verify_cost)
-    if draft_cost is not None and not (draft_cost >= 0 and draft_cost < float("inf")):
-        fail(f"--draft-cost {draft_cost:g} is invalid: use a finite value >= 0")
-    table = None
-    if costs is not None and costs.lower() != "none":
-        from fastspec.costs import CostTable
-
-        with option_errors("--costs"):
-            table = CostTable.from_file(costs)
-    if draft:
-        from fastspec.ngram import parse_ngram_draft
-
-        for name in draft:
-            with option_errors("--draft"):
-                parse_ngram_draft(name, max(ks))
+    # the one table: each flag, the SimulateConfig field it sets and its value (checked once, by the library)
+    flags = {"--k": ("k", k), "--policy": ("policies", policy or None), "--temperature": ("temperature", temperature),
+             "--top-k": ("top_k", top_k), "--top-p": ("top_p", top_p), "--min-p": ("min_p", min_p),
+             "--mode": ("mode", mode), "--trials": ("trials", trials), "--block-trials": ("block_trials", block_trials),
+             "--verify": ("verify", verify), "--candidates": ("candidates", candidates),
+             "--candidate-sampling": ("candidate_sampling", candidate_sampling),
+             "--draft-sampling": ("draft_sampling", draft_sampling), "--seed": ("seed", seed),
+             "--draft-cost": ("draft_cost", draft_cost), "--verify-cost": ("verify_cost", verify_cost),
+             "--costs": ("costs", False if costs is not None and costs.lower() == "none" else costs),
+             "--draft": ("drafts", draft or None), "--batch": ("batch_sizes", batch),
+             "--batch-extrapolate": ("batch_extrapolate", batch_extrapolate)}
+    conflicts = {**CONFLICTS, ("batch_sizes", "dump"): f"--batch needs a cost table with the batch sizes {batch}: "
+                 f"{dump} records none; give --costs FILE (fastspec cost --batch ... --out FILE)"}
+    config = config_from_flags(SimulateConfig, flags, conflicts)
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
-    from ._simulate_batch import batch_plot_path, predict, prepare
-
-    batches, batch_table = prepare(batch, batch_extrapolate, dump=dump, table=table, costs=costs, ks=ks,
-                                   relative=draft_cost is not None or verify_cost is not None)
     plt, plot = (None, None) if plot is None else _plot_target(plot)
-    batch_plot = _plot_target(batch_plot_path(plot))[1] if plot is not None and batches else None
-    config = SimulateConfig(k=ks, drafts=draft or None, sampling=given or None, mode=mode, trials=trials, seed=seed,
-                            draft_cost=draft_cost, verify_cost=verify_cost, verify=verify, candidates=candidates,
-                            candidate_sampling=candidate_sampling, block_trials=block_trials,
-                            draft_sampling=draft_sampling,
-                            costs=False if costs is not None and table is None else table,
-                            policies=policies or None)
+    batch_plot = (_plot_target(batch_plot_path(plot))[1] if plot is not None and config.checked.batch_sizes
+                  else None)
 
     console = stderr_console()
     start, advance, set_total, stop = progress_bar(console, "simulating", None) if not as_json else (None,) * 4
     if start is not None:
         start()
     try:
-        with open_scheduler(scheduler) as client:
+        with open_scheduler(scheduler) as client, flag_errors(flags, conflicts):
             res = simulate(dump, config, progress=advance, progress_total=set_total, client=client,
                            verify_integrity=integrity)
     finally:
         if stop is not None:
             stop()
 
-    bp = predict(res, batch_table, batches, batch_extrapolate) if batches else None
     # the results first: a plot that cannot be written after all never costs them
     if as_json:
-        print_json({**res.as_dict(), **({"batch": bp.as_dict()} if bp is not None else {})})
+        print_json(res.as_dict())
     else:
         _print_human(res)
         if res.policies:
             from .policy_cmd import print_policies
 
             print_policies(res)
-        if bp is not None:
-            from ._simulate_batch import print_batch
-
-            print_batch(bp)
+        if res.batch is not None:
+            print_batch(res.batch)
     for r in res.disagreements:
         typer.echo(f"fastspec: WARNING: draft {r.draft!r} k={r.k}: {_disagreement(r)}; a correct replay fails such "
                    f"a check with probability {AGREEMENT_FALSE_ALARM:g}: likely a bug", err=True)
@@ -183,10 +143,8 @@ def simulate_command(
         else:
             stdout_console().print(f"plot written to {plot}")
     if batch_plot is not None:
-        from ._simulate_batch import plot_batch
-
         try:
-            plot_batch(bp, batch_plot, plt)
+            plot_batch(res.batch, batch_plot, plt)
         except (OSError, ValueError, RuntimeError) as exc:
             fail(f"--plot {batch_plot}: the plot could not be written ({exc})", EXIT_RUNTIME)
         if as_json:
@@ -195,15 +153,27 @@ def simulate_command(
             stdout_console().print(f"plot written to {batch_plot}")
 
 
+#: refusals of a combination of flags, worded for the command line (keyed by the SimulateConfig fields at fault)
+CONFLICTS = {
+    ("batch_extrapolate", "batch_sizes"): "--batch-extrapolate needs --batch (the batch sizes to predict)",
+    ("batch_sizes", "draft_cost", "verify_cost"): "--batch needs measured seconds at each batch size (a cost table "
+    "with a batch axis, --costs FILE), not the relative --draft-cost/--verify-cost",
+    ("batch_sizes", "costs"): "--batch needs a cost table; --costs none gives none",
+    ("verify", "draft_sampling"): "--verify block with argmax drafts (--draft-sampling argmax or --candidate-sampling "
+    "deterministic) is not simulated: block verification's acceptance with a one-hot q is not derived here; use "
+    "--verify token",
+}
+
+
 def _disagreement(r) -> str:
     what = []
     if r.mc_agrees_with_exact is False:
         what.append(f"the Monte-Carlo estimate disagrees with the exact expectation (|z| = {abs(r.mc_vs_exact_z):.2f} "
                     f"> {r.mc_vs_exact_threshold:.2f})")
-    tc = r.token_check
-    if tc is not None and not tc["passed"]:
+    tc = r.check
+    if tc is not None and not tc.passed:
         what.append(f"the token-mode acceptance frequency disagrees with alpha over the judged positions "
-                    f"(|z| = {abs(tc['z']):.2f} > {tc['threshold']:.2f})")
+                    f"(|z| = {abs(tc.z):.2f} > {tc.threshold:.2f})")
     return " and ".join(what)
 
 
@@ -247,8 +217,8 @@ def _ci(pair, digits=3, suffix=""):
     return "-" if pair is None else f"{pair[0]:.{digits}f}-{pair[1]:.{digits}f}{suffix}"
 
 
-def _costs_line(cfg) -> str:
-    c = cfg["costs"]
+def _costs_line(c: dict) -> str:
+    """The cost source in one line (``c``: the pricing's description, the JSON ``config.costs``)."""
     if c["source"] == "flags":
         return f"costs: relative (--draft-cost {c['draft_cost']:g}, --verify-cost {c['verify_cost']})"
     where = "recorded in the dump" if c["source"] == "dump" else "from --costs"
@@ -260,32 +230,37 @@ def _costs_line(cfg) -> str:
 
 def _bounds_cells(r, has_cost) -> list[str]:
     """A sparse dump's model draft: exact lower and upper bounds."""
-    row = [f"[{_fmt(r.alpha_lower)}, {_fmt(r.alpha_upper)}]",
-           f"[{_fmt(r.mean_acceptance_length_lower)}, {_fmt(r.mean_acceptance_length_upper)}]", _ci(r.ci95_sequences)]
-    return row + ([f"[{_fmt(r.speedup_lower, 2)}, {_fmt(r.speedup_upper, 2)}]x", _ci(r.speedup_ci95, 2, "x")]
+    b, s = r.bounds, r.speedup_bounds
+    row = [f"[{_fmt(b.alpha_lower)}, {_fmt(b.alpha_upper)}]",
+           f"[{_fmt(b.mean_acceptance_length_lower)}, {_fmt(b.mean_acceptance_length_upper)}]",
+           _ci(r.sequences.ci95_sequences)]
+    return row + ([f"[{_fmt(s.speedup_lower, 2)}, {_fmt(s.speedup_upper, 2)}]x", _ci(s.speedup_ci95, 2, "x")]
                   if has_cost else [])
 
 
 def _exact_only_cells(r, has_cost) -> list[str]:
     """An exact row in the bounds table (the n-gram draft of a sparse, greedy dump)."""
-    row = ["-", f"{_fmt(r.mean_acceptance_length_exact)}", _ci(r.ci95_sequences)]
-    return row + ([f"{r.speedup:.2f}x" if r.speedup is not None else "-", _ci(r.speedup_ci95, 2, "x")]
+    s = r.priced
+    row = ["-", f"{_fmt(r.exact.mean_acceptance_length_exact)}", _ci(r.sequences.ci95_sequences)]
+    return row + ([f"{s.speedup:.2f}x" if s.speedup is not None else "-", _ci(s.speedup_ci95, 2, "x")]
                   if has_cost else [])
 
 
 def _dense_cells(r, has_cost) -> list[str]:
     """A row of a dense dump: exact figures and the Monte-Carlo estimate (as the row's kind has them)."""
-    if r.kind == "ngram":
-        mc = "exact only"
+    mc, ex, seq, s = r.monte_carlo, r.exact, r.sequences, r.priced
+    if mc is None:
+        shown = "exact only"
     else:
-        half = None if r.ci95 is None else (r.ci95[1] - r.ci95[0]) / 2
-        mc = (_fmt(r.mean_acceptance_length) + (" (n/a)" if half is None else f" ±{half:.3f}")
-              + (" !" if r.mc_agrees_with_exact is False else ""))
-    row = [_fmt(r.alpha), "n/a (MC only)" if r.kind == "block" else _fmt(r.mean_acceptance_length_exact),
-           _ci(r.ci95_sequences), mc, _fmt(r.draft_acceptance_rate)]
+        half = None if mc.ci95 is None else (mc.ci95[1] - mc.ci95[0]) / 2
+        shown = (_fmt(mc.mean_acceptance_length) + (" (n/a)" if half is None else f" ±{half:.3f}")
+                 + (" !" if mc.mc_agrees_with_exact is False else ""))
+    row = [_fmt(r.alpha), "n/a (MC only)" if ex is None else _fmt(ex.mean_acceptance_length_exact),
+           _ci(seq.ci95_sequences if seq is not None else None), shown,
+           _fmt(mc.draft_acceptance_rate if mc is not None else ex.draft_acceptance_rate_exact)]
     if has_cost:
-        row.append("-" if r.speedup is None else f"{r.speedup:.2f}x" + (
-            f" ({_ci(r.speedup_ci95, 2)})" if r.speedup_ci95 is not None else ""))
+        row.append("-" if s.speedup is None else f"{s.speedup:.2f}x" + (
+            f" ({_ci(s.speedup_ci95, 2)})" if s.speedup_ci95 is not None else ""))
     return row
 
 
@@ -299,11 +274,11 @@ def _columns(sparse, has_cost, variants) -> list[str]:
 
 
 def _results_table(res) -> Table:
-    cfg = res.config
-    sparse, has_cost, variants = cfg["dump_kind"] == "sparse", cfg.get("costs") is not None, "variants" in cfg
-    title = (f"fastspec simulate {res.dump}  (T={cfg['temperature']:g}, top_k={cfg['top_k']}, top_p={cfg['top_p']:g}, "
-             f"min_p={cfg['min_p']:g}, mode={cfg['mode']}, trials={cfg['trials']}, seed={cfg['seed']}"
-             + (", argmax drafts" if cfg.get("draft_sampling") == "argmax" else "") + ")")
+    plan, sp = res.plan, res.plan.sampling
+    sparse, has_cost, variants = plan.dump_kind == "sparse", plan.pricing is not None, bool(plan.extra_variants)
+    title = (f"fastspec simulate {res.dump}  (T={sp.temperature:g}, top_k={sp.top_k}, top_p={sp.top_p:g}, "
+             f"min_p={sp.min_p:g}, mode={plan.mode}, trials={plan.trials}, seed={plan.seed}"
+             + (", argmax drafts" if plan.draft_sampling == "argmax" else "") + ")")
     table = Table(title=title, title_justify="left")
     for c in _columns(sparse, has_cost, variants):
         table.add_column(c, justify="left" if c == "draft" else "right", no_wrap=True)
@@ -324,46 +299,47 @@ def _per_position_table(res) -> Table:
     for name in dict.fromkeys(r.draft for r in res.results):
         r = ([x for x in res.results if x.draft == name and x.verify == "token" and x.candidates == 1]
              or [x for x in res.results if x.draft == name])[-1]
-        pp.add_row(name, str(r.k), " ".join(f"{v:.2f}" for v in r.per_position_acceptance))
+        per_position = (r.monte_carlo.per_position_acceptance if r.monte_carlo is not None
+                        else r.exact.per_position_acceptance_exact)
+        pp.add_row(name, str(r.k), " ".join(f"{v:.2f}" for v in per_position))
     return pp
 
 
 def _kind_notes(res) -> list[str]:
     """One note per kind of row shown that needs one (block, candidates, n-gram)."""
-    cfg, out = res.config, []
+    out = []
     out += [f"block verification: {n}" for n in {r.exact_reason for r in res.results if r.exact_reason}]
     if any(r.kind == "candidates" for r in res.results):
         out.append("candidates w > 1: exact = trajectory DP on the per-position acceptance beta_t(w) of w candidates "
-                   f"({cfg.get('candidate_sampling')}); speed-up prices k draft forwards and a target forward over "
+                   f"({res.plan.candidate_sampling}); speed-up prices k draft forwards and a target forward over "
                    "k*w + 1 positions")
     ngram_rows = [r for r in res.results if r.kind == "ngram"]
     if ngram_rows:
-        worst = max(ngram_rows, key=lambda r: r.off_record)
+        worst = max(ngram_rows, key=lambda r: r.ngram.off_record)
         out.append(f"n-gram draft: exact replay of the lookup along the recorded text; accepted drafts that differ "
-                   f"from the recording (the replay assumption's reach): up to {100 * worst.off_record:.1f}% "
+                   f"from the recording (the replay assumption's reach): up to {100 * worst.ngram.off_record:.1f}% "
                    f"({worst.draft} k={worst.k})")
     return out
 
 
 def _print_human(res) -> None:
     out = stdout_console()
-    cfg = res.config
     out.print(_results_table(res))
     for note in _kind_notes(res):
         out.print(note)
-    if cfg["dump_kind"] != "sparse":
+    if res.plan.dump_kind != "sparse":
         out.print(_per_position_table(res))
-    if cfg.get("costs") is not None:
-        out.print(_costs_line(cfg))
+    if res.plan.pricing is not None:
+        out.print(_costs_line(res.config["costs"]))
         best = ", ".join(f"{d}: k={k}" for d, k in res.best.items() if k is not None)
         if best:
             out.print(f"best k per draft (* in the table): {best}")
     for r in res.results:
-        if r.token_check is not None:
-            tc = r.token_check
-            out.print(f"token-mode check {r.draft} k={r.k}: acceptance frequency {tc['acceptance_frequency']:.4f} vs "
-                      f"alpha over judged positions {tc['expected_frequency']:.4f} (z = {tc['z']:.2f}, "
-                      f"{'passed' if tc['passed'] else 'FAILED'})")
+        tc = r.check
+        if tc is not None:
+            out.print(f"token-mode check {r.draft} k={r.k}: acceptance frequency {tc.acceptance_frequency:.4f} vs "
+                      f"alpha over judged positions {tc.expected_frequency:.4f} (z = {tc.z:.2f}, "
+                      f"{'passed' if tc.passed else 'FAILED'})")
     out.print("assumptions:")
     for a in res.assumptions:
         out.print(f"  - {a}")
@@ -373,17 +349,17 @@ def _print_human(res) -> None:
 
 
 def _plot(res, path, plt) -> None:
-    many = "variants" in res.config
+    many = bool(res.plan.extra_variants)
     drafts = list(dict.fromkeys((r.draft, _variant_label(r)) for r in res.results))
-    priced = res.config.get("costs") is not None
+    priced = res.plan.pricing is not None
     fig, axes = plt.subplots(1, 3 if priced else 2, figsize=(14, 4.2))
     for draft_name, variant in drafts:
         rows = [r for r in res.results if r.draft == draft_name and _variant_label(r) == variant]
         name = f"{draft_name} ({variant})" if many else draft_name
         ks = [r.k for r in rows]
         if rows[0].kind == "bounds":
-            lo = [r.mean_acceptance_length_lower for r in rows]
-            hi = [r.mean_acceptance_length_upper for r in rows]
+            lo = [r.bounds.mean_acceptance_length_lower for r in rows]
+            hi = [r.bounds.mean_acceptance_length_upper for r in rows]
             axes[0].fill_between(ks, lo, hi, alpha=0.3, label=name)
         else:
             y = [r.mean_acceptance_length for r in rows]

@@ -3,7 +3,7 @@ analysis of draft models from logit dumps.
 
 The library never imports typer, rich, torch or matplotlib; those belong to the command line (``fastspec_cli``)
 or to optional extras (``fastspec.hf`` needs torch; it is not imported here).  The simulator is the package
-:mod:`fastspec.simulation`; its entry point is ``fastspec.simulate(dump, k=4)`` (or with a
+:mod:`fastspec.simulation`; its entry point is the function ``fastspec.simulate(dump, k=4)`` (or with a
 :class:`fastspec.simulation.SimulateConfig`).
 """
 from __future__ import annotations
@@ -25,8 +25,7 @@ from .params import SamplingParams
 from .processing import probabilities, sample_tokens
 from .verify import VerifyResult, verify_logits, verify_probs
 from . import simulation  # noqa: E402
-from .simulation import DraftKResult, SimulateConfig, SimulationResult
-from . import simulate  # noqa: E402  (callable: fastspec.simulation.simulate; the deprecated module path)
+from .simulation import DraftKResult, SimulateConfig, SimulationResult, simulate
 
 __all__ = [
     "__version__",

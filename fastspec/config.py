@@ -72,11 +72,6 @@ MAX_BATCHES = 1000
 #: judged against Student's t with batches - 1 degrees of freedom, the token-mode acceptance check against the
 #: normal, at this probability (see fastspec.simulate)
 AGREEMENT_FALSE_ALARM = 1e-4
-#: DEPRECATED, unused: the former fixed |z| threshold of those checks; the checks now use the calibrated
-#: thresholds above (4.90 with the default 20 batches).  Kept only because it is a public name
-#: (``fastspec.simulation.AGREEMENT_Z``, in its ``__all__``, and the old ``fastspec.simulate.AGREEMENT_Z``);
-#: nothing reads it -- remove it with the deprecated ``fastspec.simulate`` alias.
-AGREEMENT_Z = 4.0
 #: Bernoulli replay scratch counters per block of rows, and position-trials per block (a progress tick each)
 REPLAY_SCRATCH_BYTES = 32 << 20
 REPLAY_BLOCK_WORK = 1 << 26

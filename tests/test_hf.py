@@ -364,7 +364,7 @@ def test_core_library_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, fastspec, fastspec.simulate, fastspec.io; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, fastspec, fastspec.simulation, fastspec.io; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

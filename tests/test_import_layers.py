@@ -48,8 +48,7 @@ LAYERS = [
     # acceptance also holds the array half of alpha (acceptance_rates / _bounds): it imports nothing above io.
     *_layer(5, "analyses", "fastspec.acceptance", "fastspec.analysis", "fastspec.simulation", "fastspec.policies",
             "fastspec.audit", "fastspec.gof", "fastspec.costs", "fastspec.distributed",
-            "fastspec.server_dump",
-            "fastspec.simulate"),  # the deprecated alias package: deleted by the simulator's change (issue #29)
+            "fastspec.server_dump"),
     *_layer(6, "hf", "fastspec.hf"),
     *_layer(7, "engines", "fastspec.engines"),
     # the facade: fastspec/__init__.py re-exports the library (exactly this module, not the packages under it)
@@ -204,6 +203,8 @@ def test_io_imports_no_analysis():
     assert not bad, "\n".join(bad)
 
 
+
+
 def _parent_package_imports(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     return [f"{path.relative_to(ROOT).as_posix()}:{node.lineno}: from {'.' * node.level} import "
@@ -212,13 +213,10 @@ def _parent_package_imports(path: Path) -> list[str]:
             if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module is None]
 
 
-#: the deprecated alias package is, by definition, a view of its new home (fastspec.simulation)
-ALLOWED = {"fastspec/simulate/__init__.py"}
 
 
 def test_no_module_imports_through_a_parent_package():
-    hits = [h for p in sorted((ROOT / "fastspec").rglob("*.py"))
-            if p.relative_to(ROOT).as_posix() not in ALLOWED for h in _parent_package_imports(p)]
+    hits = [h for p in sorted((ROOT / "fastspec").rglob("*.py")) for h in _parent_package_imports(p)]
     assert hits == [], "import the module (from ..methods import name), not the parent package:\n" + "\n".join(hits)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import pathlib
 import tomllib
 
-import pytest
 
 import fastspec
 
@@ -29,11 +28,8 @@ def test_public_api_is_explicit_and_importable():
     assert len(fastspec.__all__) == len(set(fastspec.__all__))
     for name in fastspec.__all__:
         assert hasattr(fastspec, name), name
-    # fastspec.simulate runs the simulator; the old module path still works, with a DeprecationWarning
-    assert callable(fastspec.simulate)
+    # fastspec.simulate is the simulator's function itself (no module of that name)
+    assert fastspec.simulate is fastspec.simulation.simulate
     data = ROOT / "data" / "synthetic_pair.npz"
     a = fastspec.simulate(data, k=2, drafts=["near"], trials=4, batches=2).as_dict()
-    with pytest.warns(DeprecationWarning, match="fastspec.simulation.simulate"):
-        old = fastspec.simulate.simulate
-    b = old(data, k=2, drafts=["near"], trials=4, batches=2).as_dict()
-    assert a == b == fastspec.simulation.simulate(data, k=2, drafts=["near"], trials=4, batches=2).as_dict()
+    assert a == fastspec.simulation.simulate(data, k=2, drafts=["near"], trials=4, batches=2).as_dict()

@@ -248,7 +248,8 @@ def test_cli_scheduler_without_dask(dense, monkeypatch):
 def test_library_does_not_import_dask():
     import subprocess
 
-    code = ("import sys, fastspec, fastspec.io, fastspec.io.shards, fastspec.distributed, fastspec.acceptance; "
+    code = ("import sys, fastspec, fastspec.io, fastspec.io.shards, fastspec.distributed, fastspec.acceptance, "
+            "fastspec.simulation; "
             "print(sorted(m for m in ('dask', 'distributed', 'typer', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,6 +1,7 @@
 """The simulator's seams: one validated configuration (SimulateConfig), the dump protocol, result kinds."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import pathlib
 
@@ -25,7 +26,7 @@ def test_simulate_takes_at_most_eight_parameters():
 
 
 def test_config_and_keywords_give_the_same_result():
-    a = simulate(PAIR, SimulateConfig(**QUICK, drafts=["near"], sampling={"temperature": 0.7})).as_dict()
+    a = simulate(PAIR, SimulateConfig(**QUICK, drafts=["near"], temperature=0.7)).as_dict()
     b = simulate(PAIR, **QUICK, drafts=["near"], temperature=0.7).as_dict()
     c = simulate(PAIR, **QUICK, drafts=["near"], sampling=SamplingParams(temperature=0.7)).as_dict()
     assert a == b == c
@@ -36,19 +37,62 @@ def test_config_is_validated_on_construction_with_the_same_messages():
         SimulateConfig(k=0)
     with pytest.raises(InvalidInput, match="batches = 1 is invalid"):
         SimulateConfig(batches=1)
-    with pytest.raises(InvalidInput, match="temperature = -1 is invalid"):
-        SimulateConfig(sampling={"temperature": -1})
+    with pytest.raises(InvalidInput, match="temperature = -1 is invalid") as exc:
+        SimulateConfig(temperature=-1)
+    assert exc.value.arguments == ("temperature",)  # the argument at fault, for a front end to name
     with pytest.raises(InvalidType, match="sampling must be a SamplingParams"):
         SimulateConfig(sampling=0.7)
+    with pytest.raises(InvalidType, match="sampling must be a SamplingParams"):
+        SimulateConfig(sampling={"temperature": 0.7})  # sampling= is a SamplingParams; one by one: temperature=
+    with pytest.raises(InvalidInput, match="not both"):
+        SimulateConfig(sampling=SamplingParams(), top_p=0.9)
     cfg = SimulateConfig(k="1-3", trials=7, batches=2, drafts=["a", "a"])
-    assert cfg.ks == [1, 2, 3] and cfg.trials == 8 and cfg.draft_list == ("a",)
+    assert cfg.ks == [1, 2, 3] and cfg.checked.trials == 8 and cfg.checked.drafts == ("a",)
+    assert (cfg.k, cfg.trials, cfg.drafts) == ("1-3", 7, ["a", "a"])  # the fields stay as given
+
+
+def test_config_fields_stay_as_given_and_replace_resolves_afresh():
+    # before: __post_init__ overwrote trials, so replace() kept the Bernoulli default of 200 in token mode
+    assert dataclasses.replace(SimulateConfig(k=4), mode="token").checked.trials == 20
+    assert SimulateConfig(mode="token").checked.trials == 20
+    assert SimulateConfig(k=4).trials is None and SimulateConfig(k=4).checked.trials == 200
+    cfg = SimulateConfig(trials=7, batches=2)
+    assert dataclasses.replace(cfg, batches=4).checked.trials == 8 and cfg.batches == 2
+    assert dataclasses.replace(cfg) == cfg
+
+
+def test_plan_is_resolved_against_the_dump():
+    cfg = SimulateConfig(**QUICK, drafts=["near"], temperature=0.7)
+    with load_dump(PAIR) as d:
+        plan = cfg.resolve(d)
+    assert plan.model_drafts == ("near",) and plan.ngrams == {} and plan.dump_kind == "dense"
+    assert plan.sampling == SamplingParams(temperature=0.7, top_k=plan.sampling.top_k, top_p=plan.sampling.top_p,
+                                           min_p=plan.sampling.min_p)
+    assert cfg.checked.sampling is None and plan.trials == 4 and plan.batches == 2
+
+
+def test_serving_batch_sizes_are_a_setting_and_a_result_section():
+    with pytest.raises(InvalidInput, match="batch_sizes item 0 = 0") as exc:
+        SimulateConfig(batch_sizes="0,2")
+    assert exc.value.arguments == ("batch_sizes",)
+    with pytest.raises(InvalidInput, match="relative") as exc:
+        SimulateConfig(batch_sizes=[1], draft_cost=0.5)
+    assert exc.value.arguments == ("batch_sizes", "draft_cost", "verify_cost")
+    with pytest.raises(InvalidInput, match="needs batch_sizes"):
+        SimulateConfig(batch_extrapolate=True)
+    with pytest.raises(InvalidInput, match="records none"):
+        simulate(PAIR, **QUICK, batch_sizes=[1])  # the pair records no cost table
+    res = simulate(SPARSE, k=1, batch_sizes="1")  # batch 1 of the dump's version-1 table
+    assert res.batch is not None and res.batch.batches == [1] and res.plan.batch_sizes == [1]
+    assert res.as_dict()["batch"] == res.batch.as_dict() and list(res.as_dict())[-1] == "batch"
+    assert "batch" not in simulate(SPARSE, k=1).as_dict()
 
 
 def test_settings_are_given_one_way():
     with pytest.raises(InvalidInput, match="not both"):
         simulate(PAIR, SimulateConfig(**QUICK), k=4)
     with pytest.raises(InvalidInput, match="not both"):
-        simulate(PAIR, **QUICK, sampling={"temperature": 1.0}, temperature=0.5)
+        simulate(PAIR, **QUICK, sampling=SamplingParams(temperature=1.0), temperature=0.5)
     with pytest.raises(InvalidType, match="unknown argument.*temprature"):
         simulate(PAIR, temprature=0.5)
     with pytest.raises(InvalidType, match="config must be a SimulateConfig"):
@@ -79,9 +123,13 @@ def test_rows_have_a_kind_and_sections():
     assert [r.kind for r in res.results] == ["model", "candidates", "block"]
     assert all(r.as_dict()["kind"] == r.kind for r in res.results)
     block = res.results[2]
-    assert block.sections == RESULT_KINDS["block"][1] and set(block.section("speedup")) == set(SECTIONS["speedup"])
+    assert block.sections == RESULT_KINDS["block"][1]
+    assert set(block.section("speedup")._fields) == set(SECTIONS["speedup"])
+    assert block.exact is None and block.monte_carlo.verify_steps == block.verify_steps
+    assert block.priced.speedup == block.speedup and block.section("bounds") is None
     assert res.best == {"near": 2} and res.best_overall["draft"] == "near"
     with load_dump(SPARSE) as d:
         sparse = simulate(d, k=1, drafts=["exit12", "ngram"], temperature=0)
     assert [r.kind for r in sparse.results] == ["bounds", "ngram"]
-    assert sparse.results[0].section("bounds")["alpha_lower"] is not None
+    assert sparse.results[0].bounds.alpha_lower is not None and sparse.results[0].monte_carlo is None
+    assert sparse.results[1].ngram.off_record == sparse.results[1].off_record

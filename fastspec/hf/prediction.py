@@ -91,7 +91,7 @@ def prediction_over_prompts(dump, drafts: Sequence[str], ks: Sequence[int], *, t
 
 @dataclass
 class Prediction:
-    """What a dump predicts per (draft, k): ``simulation`` (:class:`fastspec.simulate.SimulationResult`),
+    """What a dump predicts per (draft, k): ``simulation`` (:class:`fastspec.simulation.SimulationResult`),
     ``over_prompts`` ({(draft, k): (estimate, se, ci95 half-width)} of the exact mean acceptance length over the
     recorded sequences; none for a sparse dump's model drafts), ``names`` ({draft: simulate's row name}, for
     n-gram drafts: ``ngramMIN-MAX``), ``costs`` (the :class:`fastspec.costs.CostTable` that priced the steps, or
@@ -147,7 +147,7 @@ class Prediction:
         return self.simulation.config["dump_kind"]
 
     def row(self, draft: str, k: int):
-        """simulate's row (:class:`fastspec.simulate.DraftKResult`) of one (draft, k)."""
+        """simulate's row (:class:`fastspec.simulation.DraftKResult`) of one (draft, k)."""
         name = self.names.get(draft, draft)
         return next(r for r in self.simulation.results if (r.draft, r.k) == (name, k)
                     and (getattr(r, "verify", "token"), getattr(r, "candidates", 1)) == ("token", 1))

@@ -1,8 +1,10 @@
 """What-if analysis of draft models from logit dumps: Monte-Carlo and exact.
 
-:func:`simulate` answers "how many tokens per verify step, and how much faster, would this draft give this target
-under this sampling config?" offline; :class:`SimulateConfig` is what to simulate.  ``fastspec.simulate(dump, k=4)``
-runs it (``fastspec.simulate``, the old home of this package, is kept as a deprecated callable alias).
+:func:`simulate` (``fastspec.simulate``) answers "how many tokens per verify step, and how much faster, would this
+draft give this target under this sampling config?" offline; :class:`SimulateConfig` is what to simulate, as the caller
+gave it, and :class:`SimulatePlan` how (the config resolved against the dump).  :func:`simulate` runs in named stages:
+open the dump, resolve the plan (drafts, sampling, costs), the acceptance pass, the replays (:mod:`.rows`,
+:mod:`.runners`), the policies, then pricing (best k, verdict, serving batch sizes) and the result.
 
 Method (trajectory replay).  The dump records, for each sequence, the target's and each draft's distribution at
 every position of one sampled trajectory.  fastspec computes the per-position acceptance rate
@@ -20,19 +22,20 @@ Both are compared with the exact expectation of the same process (:func:`fastspe
 expected_tokens_per_step`, dynamic programming).  End of sequence: a step at t drafts ``min(k, L - 1 - t)``
 tokens; a step that would draft nothing is a plain target step and is not counted.
 
-Uncertainty.  ``ci95`` is a batch-means interval for the Monte-Carlo estimate: the trials are split into
-``batches`` independent groups, each replaying every sequence; the interval is the ratio-of-totals estimate
-+- t_{0.975, batches-1} times the standard error of the batch estimates.  It is Monte-Carlo uncertainty *given
-the recorded trajectories*, not uncertainty over prompts.  The MC estimate and the exact value are flagged as
-disagreeing (``mc_agrees_with_exact`` False) when z = (MC - exact) / standard error exceeds, in absolute value,
-``mc_vs_exact_threshold``: the two-sided Student-t quantile with batches - 1 degrees of freedom at the false-alarm
-probability :data:`AGREEMENT_FALSE_ALARM` (1e-4 per check: 4.90 with the default 20 batches, 28.0 with 4); the
-token-mode acceptance check is judged at the same probability against the normal (3.89).  A correct replay
-fails a check with that probability; a replay that under-accepts by 3% is flagged by the defaults on the
-12 sequences of data/synthetic_pair.npz.  Two batches (``trials >= 2``) are the minimum.  When every batch gives
-the same estimate of a random process (too few trials for the spread to show), no interval is reported
-(``ci95``, ``standard_error`` and ``mc_vs_exact_z`` are None), the agreement is not checked (None) and a warning
-says so; a process without randomness (every alpha_t 0 or 1, e.g. greedy) has an exact zero-width interval.
+Uncertainty. ``ci95`` is a batch-means interval for the Monte-Carlo estimate: the trials are split into ``batches``
+independent groups (Monte-Carlo batches of trials; the serving batch sizes are ``batch_sizes``), each replaying
+every sequence; the interval is the ratio-of-totals estimate +- t_{0.975, batches-1} times the standard error of the
+batch estimates. It is Monte-Carlo uncertainty *given the recorded trajectories*, not uncertainty over prompts. The
+MC estimate and the exact value are flagged as disagreeing (``mc_agrees_with_exact`` False) when z = (MC - exact) /
+standard error exceeds, in absolute value, ``mc_vs_exact_threshold``: the two-sided Student-t quantile with
+(batches - 1) degrees of freedom at the false-alarm probability :data:`AGREEMENT_FALSE_ALARM` (1e-4 per check: 4.90
+with the default 20 batches, 28.0 with 4); the token-mode acceptance check is judged at the same probability against
+the normal (3.89). A correct replay fails a check with that probability; a replay that under-accepts by 3% is
+flagged by the defaults on the 12 sequences of data/synthetic_pair.npz. Two batches (``trials >= 2``) are the
+minimum. When every batch gives the same estimate of a random process (too few trials for the spread to show), no
+interval is reported (``ci95``, ``standard_error`` and ``mc_vs_exact_z`` are None), the agreement is not checked
+(None) and a warning says so; a process without randomness (every alpha_t 0 or 1, e.g. greedy) has an exact
+zero-width interval.
 
 Sparse dumps.  Only an interval [lower_t, upper_t] containing alpha_t is known.  The exact mean acceptance
 length is non-decreasing in every alpha_t, so the DP evaluated at the lower and upper ends bounds the true
@@ -55,75 +58,33 @@ from typing import Callable
 
 import numpy as np
 
-from ..acceptance import alpha_summary, dump_acceptance, resolve_sampling
-from ..config import AGREEMENT_FALSE_ALARM, AGREEMENT_Z  # AGREEMENT_Z: deprecated, unused (fastspec.config)
+from ..acceptance import alpha_summary, dump_acceptance
+from ..config import AGREEMENT_FALSE_ALARM
 from ..errors import InvalidInput, InvalidType
-from ..stats import batch_means_ci
+from ..io import open_dump
+from ..io.dump import DumpBase
 from ..methods import VERIFICATION_METHODS
-from .config import DRAFT_SAMPLING, MODES, SIMULATED_SAMPLING, SimulateConfig, parse_k_list
-from ..costs.relative import CostModel, VerifyCost
-from .rows import Context, ngram_rows, token_row, variant_row
+from ..stats import batch_means_ci
 from .argmax import argmax_acceptance
+from .config import (DRAFT_SAMPLING, MODES, SIMULATED_SAMPLING, SimulateConfig, SimulatePlan, ngram_argmax_message,
+                     ngram_variants_message, parse_k_list)
+from ..costs.relative import CostModel, VerifyCost
+from .ngram import NGRAM_ASSUMPTION
 from .policy_eval import PolicyEstimate, evaluate_policy
 from .policy_rows import POLICY_ASSUMPTION, check_policy_drafts, policy_rows
 from .policy_search import PolicySearch, search_policies
-from ..ngram import NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
-from .ngram import NGRAM_ASSUMPTION
 from .results import (ARGMAX_ASSUMPTION, ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
                       SimulationResult, sampling_warnings)
+from .rows import Context, ngram_rows, token_row, variant_row
 from .speedup import FlagPricing, TablePricing, best_overall, best_per_draft, verdict
 
-__all__ = ["simulate", "SimulateConfig", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult", "SimulationResult",
-           "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "AGREEMENT_Z", "VERIFY_METHODS",
+__all__ = ["simulate", "SimulateConfig", "SimulatePlan", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult",
+           "SimulationResult", "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "VERIFY_METHODS",
            "SIMULATED_SAMPLING", "DRAFT_SAMPLING", "evaluate_policy", "search_policies", "PolicyEstimate",
            "PolicySearch"]
 
 #: the verification methods the simulator replays: the registry's (:data:`fastspec.methods.VERIFICATION_METHODS`)
 VERIFY_METHODS = tuple(VERIFICATION_METHODS)
-
-
-def _check_callback(name, f):
-    if f is not None and not callable(f):
-        raise InvalidType(f"{name} must be a function of one integer (or None), got {type(f).__name__}")
-    return f
-
-
-def _split_drafts(d, wanted, ks):
-    """(model draft names, n-gram proposers by name) from the requested names (None: every model draft of the dump;
-    a target-only dump with prompt tokens: the n-gram draft)."""
-    if wanted is None:
-        if d.drafts:
-            return tuple(d.drafts), {}
-        if d.prompt_tokens is not None:
-            wanted = ("ngram",)
-        else:
-            raise InvalidInput(f"{d.path}: the dump has no draft model and no prompt tokens, so there is nothing to "
-                               "simulate: dump with a draft (--draft), or record the prompt tokens for an n-gram draft")
-    models, ngrams = [], {}
-    for name in wanted:
-        if isinstance(name, str) and name in d.drafts:
-            models.append(name)
-            continue
-        proposer = parse_ngram_draft(name, max(ks))
-        if proposer is None:
-            have = ", ".join(d.drafts) if d.drafts else "none (a target-only dump)"
-            raise InvalidInput(f"{d.path}: no draft named {name!r}; the dump's draft models: {have}; an n-gram draft "
-                               f"is written {NGRAM_GRAMMAR}")
-        ngrams[ngram_name(proposer)] = proposer
-    return tuple(models), ngrams
-
-
-def _open(dump, client, verify_integrity):
-    """(dump object, whether we opened it)."""
-    from ..io.dump import DumpBase
-
-    if isinstance(dump, DumpBase):
-        return dump, False
-    if not isinstance(dump, (str, bytes, os.PathLike)):
-        raise InvalidType(f"dump must be a path or an open fastspec.io.Dump, got {type(dump).__name__}")
-    from ..io import open_dump
-
-    return open_dump(dump, client=client, verify_integrity=verify_integrity), True
 
 
 def simulate(dump, config: SimulateConfig | None = None, *, client=None,
@@ -132,25 +93,28 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
     """Simulate speculative decoding of each draft in ``dump`` against its target, for each k.
 
     ``dump``: a path (a dump, or a directory of shards) or an open :class:`fastspec.io.Dump`.  ``k``: an int, a
-    list, or ``"1-8"`` / ``"1,2,4"``.  Sampling settings default to the dump's recorded metadata.  ``mode``:
-    "bernoulli" or "token" (module docstring).  ``drafts``: names (a repeated name counts once); default every
-    draft.  ``trials``: replays per sequence, from 2 to 10**7 (default 200 in Bernoulli mode, 20 in token mode),
-    rounded up to a multiple of ``batches`` (2 to 1000, at most ``trials``).  ``draft_cost`` (c, one draft
-    forward relative to one target forward) and ``verify_cost`` (:meth:`VerifyCost.parse`) define a relative
-    cost model and override ``costs``: a :class:`fastspec.costs.CostTable` of measured seconds (or its JSON
-    mapping, or a path); ``costs=None`` takes the dump's recorded table when it has one, ``costs=False`` none.
-    Without any, ``speedup`` is None.  A draft named ``ngram``, ``ngramMIN-MAX``, ``ngram.vllm``, ``ngram.hf``
-    ... (the grammar in :mod:`fastspec.ngram`), or an :class:`fastspec.ngram.NgramProposer` (its own ``k`` is
-    replaced by each simulated k), is the prompt-lookup proposer, replayed from the dump's prompt and generated
-    tokens (:mod:`fastspec.simulation.ngram`); a target-only dump with prompt tokens simulates ``ngram`` by default.
-    ``draft_sampling``: "sampled" (default: drafts x ~ q, judged with q) or "argmax" (each model draft proposes
-    its top-1 token, judged with a one-hot q, as vLLM V1: acceptance p_t(argmax q_t);
-    :mod:`fastspec.simulation.argmax`); with w candidates, argmax drafts are the top-w draft tokens (the same as
-    ``candidate_sampling="deterministic"``, which implies argmax drafts at every w).  ``client``: a
-    ``dask.distributed.Client`` for the alpha pass.  ``policies``: draft-length policies (``"conf:theta=0.4,kmax=8"``,
-    ... :data:`fastspec.policies.POLICY_GRAMMAR`) replayed on every model draft of a dense dump, as
-    ``result.policies`` (rows of kind "policy": exact DP or Monte-Carlo with ``trials`` replays,
-    :mod:`fastspec.simulation.policy_eval`).
+    list, or ``"1-8"`` / ``"1,2,4"``.  Sampling settings (``sampling``: a :class:`fastspec.params.SamplingParams`,
+    or ``temperature``, ``top_k``, ``top_p``, ``min_p`` one by one) default to the dump's recorded metadata.
+    ``mode``: "bernoulli" or "token" (module docstring).  ``drafts``: names (a repeated name counts once); default
+    every draft.  ``trials``: replays per sequence, from 2 to 10**7 (default 200 in Bernoulli mode, 20 in token
+    mode), rounded up to a multiple of ``batches`` (the Monte-Carlo batches of trials, 2 to 1000, at most
+    ``trials``).  ``draft_cost`` (c, one draft forward relative to one target forward) and ``verify_cost``
+    (:meth:`VerifyCost.parse`) define a relative cost model and override ``costs``: a
+    :class:`fastspec.costs.CostTable` of measured seconds (or its JSON mapping, or a path); ``costs=None`` takes
+    the dump's recorded table when it has one, ``costs=False`` none.  Without any, ``speedup`` is None.  A draft
+    named ``ngram``, ``ngramMIN-MAX``, ``ngram.vllm``, ``ngram.hf`` ... (the grammar in :mod:`fastspec.ngram`), or an
+    :class:`fastspec.ngram.NgramProposer` (its own ``k`` is replaced by each simulated k), is the prompt-lookup
+    proposer, replayed from the dump's prompt and generated tokens (:mod:`fastspec.simulation.ngram`); a
+    target-only dump with prompt tokens simulates ``ngram`` by default.  ``draft_sampling``: "sampled" (default:
+    drafts x ~ q, judged with q) or "argmax" (each model draft proposes its top-1 token, judged with a one-hot q,
+    as vLLM V1: acceptance p_t(argmax q_t); :mod:`fastspec.simulation.argmax`); with w candidates, argmax drafts
+    are the top-w draft tokens (the same as ``candidate_sampling="deterministic"``, which implies argmax drafts at
+    every w).  ``client``: a ``dask.distributed.Client`` for the alpha pass.  ``policies``: draft-length policies
+    (``"conf:theta=0.4,kmax=8"``, ... :data:`fastspec.policies.POLICY_GRAMMAR`) replayed on every model draft of a
+    dense dump, as ``result.policies`` (rows of kind "policy": exact DP or Monte-Carlo with ``trials`` replays,
+    :mod:`fastspec.simulation.policy_eval`).  ``batch_sizes``: serving batch sizes (``"1,2,4,8"``): the result's
+    ``batch`` (:mod:`fastspec.simulation.batch`), from a cost table with those batch sizes (``costs`` or the
+    dump's; ``batch_extrapolate``: read missing ones off a line through the nearest measured two).
     ``verify``, ``candidates``, ``candidate_sampling``, ``block_trials`` (2 to 10**7 replays per sequence):
     verification variants reported side by side.  ``progress_total(n)`` is called once with the units of work
     and ``progress(n)`` as n more are done (a unit: one replay of one sequence; a Bernoulli row, an n-gram draft
@@ -161,135 +125,161 @@ def simulate(dump, config: SimulateConfig | None = None, *, client=None,
     ``temperature=0.7``, ...; not both); the run-time arguments (``client``, the progress callbacks,
     ``verify_integrity``) are not part of it.  Every argument is checked before the dump is read.
     """
-    if config is None:
-        config = SimulateConfig.from_kwargs(**settings)
-    elif not isinstance(config, SimulateConfig):
-        raise InvalidType(f"config must be a SimulateConfig or None, got {type(config).__name__}")
-    elif settings:
-        raise InvalidInput(f"give the settings either as config= or as keyword arguments ({', '.join(settings)}), "
-                           "not both")
-    ks, variant_list, mode = config.ks, config.variant_list, config.mode
-    trials, batches, seed, bt = config.trials, config.batches, config.seed_value, config.block_trials
-    pricing, wanted, costs = config.pricing, config.draft_list, config.costs
-    candidate_sampling, draft_mode = config.candidate_mode, config.draft_mode
-    policies = config.policy_list
+    config = _config(config, settings)
     progress, progress_total = _check_callback("progress", progress), _check_callback("progress_total", progress_total)
     d, own = _open(dump, client, verify_integrity)
     try:
-        if pricing is None and costs is None and d.costs is not None:
-            pricing = TablePricing(d.costs, "dump")
-        names, ngrams = _split_drafts(d, wanted, ks)
-        if mode == "token" and d.kind != "dense":
-            raise InvalidInput(f"{d.path}: token mode needs dense logits; this dump is sparse top-k (the "
-                               "Bernoulli mode reports alpha bounds)")
-        sp = resolve_sampling(d, **config.overrides)
-        extra = [v for v in variant_list if v != ("token", 1)]
-        if extra and ngrams and not names:
-            raise InvalidInput(_ngram_variants_message(extra, ngrams, refused=True))
-        if draft_mode == "argmax" and ngrams and not names:
-            raise InvalidInput(_ngram_argmax_message(ngrams, refused=True))
-        if extra and d.kind != "dense":
-            what = " and ".join(sorted({"block verification" if v == "block" else "candidates > 1" for v, _ in extra}))
-            raise InvalidInput(f"{d.path}: {what} needs the full target and draft distributions (dense logits); "
-                               "this dump is sparse top-k: use token verification with one candidate, or a dense "
-                               "dump")
-        check_policy_drafts(d, names, policies)
-        units = (len(names) * len(ks) * sum(_progress_units(d, mode, trials, bt, v, w) for v, w in variant_list)
-                 + len(ngrams) * d.N + (d.N if names else 0)  # the alpha pass counts one unit per sequence
-                 + len(names) * len(policies) * d.N)
+        plan = _plan(d, config)
         if progress_total is not None:
-            progress_total(units)
-        tick = _sequence_ticks(progress, d.T)
-        if not names:
-            accs = {}
-        else:  # the dump's own pass (a sharded dump computes alpha on a cluster); sampling resolved once, above
-            accs = dump_acceptance(d, sampling=sp, drafts=names, progress=tick)
-        lengths = d.lengths.astype(np.int64)
-        row_ids = np.arange(d.N, dtype=np.int64)
-        flags = pricing.model if isinstance(pricing, FlagPricing) else None
-        config = {"k": ks, "drafts": list(names) + list(ngrams), "temperature": sp.temperature, "top_k": sp.top_k,
-                  "top_p": sp.top_p, "min_p": sp.min_p, "mode": mode, "trials": trials, "batches": batches,
-                  "seed": int(seed), "draft_cost": flags.draft_cost if flags else None,
-                  "verify_cost": flags.verify.describe() if flags else None,
-                  "costs": pricing.describe() if pricing is not None else None, "sequences": int(d.N),
-                  "positions": int(lengths.sum()), "vocab_size": d.V, "dump_kind": d.kind,
-                  "draft_sampling": draft_mode}
-        if ngrams:
-            config["ngram"] = {n: p.as_dict() for n, p in ngrams.items()}
-        if extra:
-            config["variants"] = [{"verify": v, "candidates": w} for v, w in variant_list]
-            config["candidate_sampling"] = candidate_sampling
-            config["block_trials"] = bt if ("block", 1) in variant_list else None
-        ctx = Context(d, lengths, row_ids, mode, trials, batches, seed, pricing, sp, progress, bt,
-                       candidate_sampling, draft_mode)
-        results: list[DraftKResult] = []
-        summaries = {}
-        for name in names:
-            acc = accs[name]
-            if draft_mode == "argmax":  # p_t(argmax q_t) replaces alpha_t (fastspec.simulation.argmax)
-                acc = argmax_acceptance(d, name, sp, acc)
-            summaries[name] = (alpha_summary(acc.alpha, acc.valid) if acc.exact else
-                               {"lower": alpha_summary(acc.lower, acc.valid),
-                                "upper": alpha_summary(acc.upper, acc.valid)})
-            betas: dict = {}
-            for kk in ks:
-                for v, w in variant_list:
-                    if (v, w) == ("token", 1):
-                        results.append(token_row(ctx, name, acc, kk))
-                    else:
-                        results.append(variant_row(ctx, name, acc, kk, v, w, betas))
-        for name, proposer in ngrams.items():
-            results.extend(ngram_rows(ctx, name, proposer, ks))
-        best = best_per_draft(results, list(names) + list(ngrams), pricing)
-        shown = [a for a, on in (("candidates", any(w > 1 for _, w in variant_list)),
-                                 ("block", ("block", 1) in variant_list)) if on]
-        # measured seconds replace the relative formula (the last line); without costs it stays, and says so
-        assumptions = (list(ASSUMPTIONS[:-1]) + [SPEEDUP_ASSUMPTIONS["table"]] if isinstance(pricing, TablePricing)
-                       else list(ASSUMPTIONS) + ([SPEEDUP_ASSUMPTIONS["none"]] if pricing is None else []))
-        assumptions += [VARIANT_ASSUMPTIONS[a] for a in shown] + ([NGRAM_ASSUMPTION] if ngrams else [])
-        warnings = (sampling_warnings(d.metadata, sp) + _interval_warnings(results)
-                    + _pricing_warnings(pricing, results, list(names) + list(ngrams)))
-        if extra and ngrams:
-            warnings.append(_ngram_variants_message(extra, ngrams, refused=False))
-        if draft_mode == "argmax" and ngrams:
-            warnings.append(_ngram_argmax_message(ngrams, refused=False))
-        if draft_mode == "argmax" and names:
-            assumptions.append(ARGMAX_ASSUMPTION)
-        if isinstance(pricing, TablePricing) and pricing.source == "dump" and d.costs_differ:
-            warnings.append("the shards recorded different cost tables (measured apart), or some recorded none; the "
-                            "first recorded table is used: give one table with --costs to choose")
-        prows = policy_rows(d, names, policies, sp, trials, seed, pricing, progress) if policies else []
-        if policies:
-            config["policies"] = [p.name for p in policies]
-            assumptions.append(POLICY_ASSUMPTION)
-        top = best_overall(results) if pricing is not None else None
-        return SimulationResult(d.path, config, results, best, warnings, summaries, assumptions, top,
-                                verdict(top, pricing), prows)
+            progress_total(_progress_total(d, plan))
+        accs = _acceptance(d, plan, _sequence_ticks(progress, d.T))
+        ctx = Context(d, plan, progress)
+        results, summaries = _replay(ctx, accs)
+        prows = (policy_rows(d, plan.model_drafts, plan.policies, plan.sampling, plan.trials, plan.seed, plan.pricing,
+                             progress) if plan.policies else [])
+        return _price(_result(d, plan, results, summaries, prows))
     finally:
         if own:
             d.close()
 
 
-def _ngram_variants_message(extra, ngrams, refused: bool) -> str:
-    """An n-gram proposal is one deterministic token per position: it has no block or multi-candidate variant."""
-    what = " and ".join(sorted({"block verification" if v == "block" else f"{w} candidates" for v, w in extra}))
-    which = ", ".join(ngrams)
-    if refused:
-        return (f"{what} cannot apply to the n-gram draft {which}: its proposal is one deterministic token per "
-                "position, verified token by token; drop --verify block / --candidates, or add a model draft")
-    return (f"{what} apply to the model drafts only: the n-gram draft {which} is verified token by token with one "
-            "candidate (its rows are token rows)")
+# ------------------------------------------------------------------ the stages
 
 
-def _ngram_argmax_message(ngrams, refused: bool) -> str:
-    """An n-gram proposal is deterministic already: argmax drafts are a mode of model drafts."""
-    which = ", ".join(ngrams)
-    if refused:
-        return (f"argmax drafts (--draft-sampling argmax, or deterministic candidates) apply to model drafts: the "
-                f"n-gram draft {which} is a deterministic proposal judged with a one-hot q already; drop the flag, "
-                "or add a model draft")
-    return (f"argmax drafts apply to the model drafts only: the n-gram draft {which} is its own deterministic "
-            "proposal (judged with a one-hot q either way)")
+def _config(config, settings) -> SimulateConfig:
+    """The settings as a :class:`SimulateConfig`: ``config``, or built from the keyword arguments (not both)."""
+    if config is None:
+        return SimulateConfig.from_kwargs(**settings)
+    if not isinstance(config, SimulateConfig):
+        raise InvalidType(f"config must be a SimulateConfig or None, got {type(config).__name__}")
+    if settings:
+        raise InvalidInput(f"give the settings either as config= or as keyword arguments ({', '.join(settings)}), "
+                           "not both")
+    return config
+
+
+def _open(dump, client, verify_integrity):
+    """(dump object, whether we opened it)."""
+    if isinstance(dump, DumpBase):
+        return dump, False
+    if not isinstance(dump, (str, bytes, os.PathLike)):
+        raise InvalidType(f"dump must be a path or an open fastspec.io.Dump, got {type(dump).__name__}")
+    return open_dump(dump, client=client, verify_integrity=verify_integrity), True
+
+
+def _plan(d, config: SimulateConfig) -> SimulatePlan:
+    """The config resolved against the open dump (drafts, sampling, costs), every check made before any work."""
+    plan = config.resolve(d)
+    check_policy_drafts(d, plan.model_drafts, plan.policies)
+    return plan
+
+
+def _acceptance(d, plan: SimulatePlan, tick) -> dict:
+    """alpha_t of every model draft: the dump's own pass (a sharded dump computes it on a cluster)."""
+    if not plan.model_drafts:
+        return {}
+    return dump_acceptance(d, sampling=plan.sampling, drafts=plan.model_drafts, progress=tick)
+
+
+def _replay(ctx: Context, accs: dict) -> tuple[list[DraftKResult], dict]:
+    """The rows of every (draft, k, variant), and the alpha summary of each model draft."""
+    d, plan = ctx.d, ctx.plan
+    results: list[DraftKResult] = []
+    summaries = {}
+    for name in plan.model_drafts:
+        acc = accs[name]
+        if plan.draft_sampling == "argmax":  # p_t(argmax q_t) replaces alpha_t (fastspec.simulation.argmax)
+            acc = argmax_acceptance(d, name, plan.sampling, acc)
+        summaries[name] = (alpha_summary(acc.alpha, acc.valid) if acc.exact else
+                           {"lower": alpha_summary(acc.lower, acc.valid), "upper": alpha_summary(acc.upper, acc.valid)})
+        betas: dict = {}
+        for kk in plan.ks:
+            for v, w in plan.variants:
+                if (v, w) == ("token", 1):
+                    results.append(token_row(ctx, name, acc, kk))
+                else:
+                    results.append(variant_row(ctx, name, acc, kk, v, w, betas))
+    for name, proposer in plan.ngrams.items():
+        results.extend(ngram_rows(ctx, name, proposer, plan.ks))
+    return results, summaries
+
+
+def _result(d, plan: SimulatePlan, results, summaries, prows) -> SimulationResult:
+    """The result before pricing: the JSON ``config``, the rows, the assumptions and warnings."""
+    pricing, names = plan.pricing, list(plan.model_drafts) + list(plan.ngrams)
+    extra, ngrams = plan.extra_variants, plan.ngrams
+    shown = [a for a, on in (("candidates", any(w > 1 for _, w in plan.variants)),
+                             ("block", ("block", 1) in plan.variants)) if on]
+    # measured seconds replace the relative formula (the last line); without costs it stays, and says so
+    assumptions = (list(ASSUMPTIONS[:-1]) + [SPEEDUP_ASSUMPTIONS["table"]] if isinstance(pricing, TablePricing)
+                   else list(ASSUMPTIONS) + ([SPEEDUP_ASSUMPTIONS["none"]] if pricing is None else []))
+    assumptions += [VARIANT_ASSUMPTIONS[a] for a in shown] + ([NGRAM_ASSUMPTION] if ngrams else [])
+    warnings = (sampling_warnings(d.metadata, plan.sampling) + _interval_warnings(results)
+                + _pricing_warnings(pricing, results, names))
+    if extra and ngrams:
+        warnings.append(ngram_variants_message(extra, ngrams, refused=False))
+    if plan.draft_sampling == "argmax" and ngrams:
+        warnings.append(ngram_argmax_message(ngrams, refused=False))
+    if plan.draft_sampling == "argmax" and plan.model_drafts:
+        assumptions.append(ARGMAX_ASSUMPTION)
+    if isinstance(pricing, TablePricing) and pricing.source == "dump" and d.costs_differ:
+        warnings.append("the shards recorded different cost tables (measured apart), or some recorded none; the "
+                        "first recorded table is used: give one table with --costs to choose")
+    if plan.policies:
+        assumptions.append(POLICY_ASSUMPTION)
+    return SimulationResult(d.path, _config_section(d, plan), results, {}, warnings, summaries, assumptions,
+                            policies=prows, plan=plan)
+
+
+def _price(res: SimulationResult) -> SimulationResult:
+    """Best k per draft, the best row overall, the verdict, and the serving batch sizes' predictions."""
+    plan = res.plan
+    res.best = best_per_draft(res.results, list(plan.model_drafts) + list(plan.ngrams), plan.pricing)
+    res.best_overall = best_overall(res.results) if plan.pricing is not None else None
+    res.verdict = verdict(res.best_overall, plan.pricing)
+    if plan.batch_sizes is not None:
+        from .batch import batch_predictions  # only with batch sizes (import time of the plain command)
+
+        res.batch = batch_predictions(res, plan.batch_table, plan.batch_sizes, plan.batch_extrapolate)
+    return res
+
+
+# ------------------------------------------------------------------ helpers of the stages
+
+
+def _check_callback(name, f):
+    if f is not None and not callable(f):
+        raise InvalidType(f"{name} must be a function of one integer (or None), got {type(f).__name__}")
+    return f
+
+
+def _config_section(d, plan: SimulatePlan) -> dict:
+    """The JSON ``config`` object (names and order stable)."""
+    sp, pricing = plan.sampling, plan.pricing
+    flags = pricing.model if isinstance(pricing, FlagPricing) else None
+    config = {"k": plan.ks, "drafts": list(plan.model_drafts) + list(plan.ngrams), "temperature": sp.temperature,
+              "top_k": sp.top_k, "top_p": sp.top_p, "min_p": sp.min_p, "mode": plan.mode, "trials": plan.trials,
+              "batches": plan.batches, "seed": int(plan.seed), "draft_cost": flags.draft_cost if flags else None,
+              "verify_cost": flags.verify.describe() if flags else None,
+              "costs": pricing.describe() if pricing is not None else None, "sequences": int(d.N),
+              "positions": int(d.lengths.astype(np.int64).sum()), "vocab_size": d.V, "dump_kind": d.kind,
+              "draft_sampling": plan.draft_sampling}
+    if plan.ngrams:
+        config["ngram"] = {n: p.as_dict() for n, p in plan.ngrams.items()}
+    if plan.extra_variants:
+        config["variants"] = [{"verify": v, "candidates": w} for v, w in plan.variants]
+        config["candidate_sampling"] = plan.candidate_sampling
+        config["block_trials"] = plan.block_trials if ("block", 1) in plan.variants else None
+    if plan.policies:
+        config["policies"] = [p.name for p in plan.policies]
+    return config
+
+
+def _progress_total(d, plan: SimulatePlan) -> int:
+    """Units of progress of the whole run: the alpha pass counts one unit per sequence."""
+    names = plan.model_drafts
+    return (len(names) * len(plan.ks) * sum(_progress_units(d, plan, v, w) for v, w in plan.variants)
+            + len(plan.ngrams) * d.N + (d.N if names else 0) + len(names) * len(plan.policies) * d.N)
 
 
 def _interval_warnings(results) -> list[str]:
@@ -320,12 +310,12 @@ def _sequence_ticks(progress, T):
     return tick
 
 
-def _progress_units(d, mode, trials, block_trials, verify, w):
+def _progress_units(d, plan: SimulatePlan, verify, w):
     """Units of progress of one (draft, k) row: replays of one sequence (token and block replays), or sequences
     (a Bernoulli replay runs every trial of a sequence at once; sparse bounds count a sequence each)."""
     if verify == "block":
-        return d.N * block_trials
-    return d.N * trials if w == 1 and mode == "token" and d.kind == "dense" else d.N
+        return d.N * plan.block_trials
+    return d.N * plan.trials if w == 1 and plan.mode == "token" and d.kind == "dense" else d.N
 
 
 def _pricing_warnings(pricing, results, names) -> list[str]:

@@ -43,6 +43,7 @@ from .._kernels.policy import N_P, P_ACCEPTED, P_DRAFTED, P_STEPS, policy_dp, po
 from ..errors import InvalidInput, InvalidType
 from ..policies import Policy, parse_policy
 from ..stats import batch_means_ci, ratio_ci
+from .config import check_trials, sampling_overrides
 from .policy_features import PolicyFeatures, policy_features
 from .speedup import speedup_interval
 
@@ -50,6 +51,8 @@ __all__ = ["PolicyEstimate", "evaluate_policy", "evaluate_features", "check_poli
            "POLICY_BATCHES", "step_costs"]
 
 DEFAULT_POLICY_TRIALS = 200
+#: the policy replays' cap on Monte-Carlo replays per sequence (fastspec.simulation.config.check_trials)
+MAX_POLICY_TRIALS = 10 ** 6
 POLICY_BATCHES = 20
 METHODS = ("auto", "exact", "mc")
 
@@ -346,13 +349,6 @@ def _open_dump(dump):
     return open_dump(dump), True
 
 
-def check_trials(trials) -> int:
-    if isinstance(trials, (bool, np.bool_)) or not isinstance(trials, (int, np.integer)) or not 2 <= trials <= 10**6:
-        raise InvalidInput(f"trials = {trials!r} is invalid: give an integer from 2 to 1000000 (Monte-Carlo replays "
-                           "per sequence)")
-    return int(trials)
-
-
 def evaluate_policy(dump, draft: str | None, policy, *, sampling=None, trials: int = DEFAULT_POLICY_TRIALS,
                     seed: int = 0, progress=None, method: str = "auto", carry: bool = False) -> PolicyEstimate:
     """Expected figures of ``policy`` (a spec or :class:`fastspec.policies.Policy`) for ``draft`` (None: the dump's
@@ -362,11 +358,10 @@ def evaluate_policy(dump, draft: str | None, policy, *, sampling=None, trials: i
     ``progress(n)``: positions read, then sequences replayed.  ``carry`` (hf with schedule=heuristic): replay the
     sequences as successive generate() calls of one assistant, the cap carried over (Monte-Carlo)."""
     from ..acceptance import resolve_sampling
-    from .config import sampling_overrides
 
     policy = parse_policy(policy, name="policy")
     how = _method(policy, "mc" if _check_carry(policy, carry) else method)
-    trials = check_trials(trials)
+    trials = check_trials(trials, high=MAX_POLICY_TRIALS)
     overrides = sampling_overrides(sampling)
     d, own = _open_dump(dump)
     try:

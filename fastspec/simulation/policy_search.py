@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from ..config import MAX_K
 from ..errors import InvalidInput, InvalidType
 from ..policies import Policy, parse_policy
-from .policy_eval import (DEFAULT_POLICY_TRIALS, PolicyEstimate, _open_dump, check_policy_dump, check_trials,
+from .config import check_trials, sampling_overrides
+from .policy_eval import (DEFAULT_POLICY_TRIALS, MAX_POLICY_TRIALS, PolicyEstimate, _open_dump, check_policy_dump,
                           evaluate_features, needed_thetas, step_costs)
 from .policy_features import MAX_DRAW_BYTES, policy_features
 
@@ -135,14 +136,13 @@ def search_policies(dump, draft: str | None, costs, *, grid=None, budget_s: floa
     of evaluation after the pass (> 0).  ``progress(done, total)`` after each point.  Monte-Carlo points (HF's
     default) use ``trials`` replays per sequence keyed by ``seed``."""
     from ..acceptance import resolve_sampling
-    from .config import sampling_overrides
 
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not (budget_s > 0 and
                                                                                    math.isfinite(budget_s)):
         raise InvalidInput(f"budget_s = {budget_s!r} must be a finite number of seconds > 0")
     if progress is not None and not callable(progress):
         raise InvalidType("progress must be a function (done, total) or None")
-    trials = check_trials(trials)
+    trials = check_trials(trials, high=MAX_POLICY_TRIALS)
     overrides = sampling_overrides(sampling)
     given = None if grid is None else [parse_policy(g, name="grid") for g in grid]
     d, own = _open_dump(dump)

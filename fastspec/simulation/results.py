@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 __all__ = ["DraftKResult", "SimulationResult", "ASSUMPTIONS", "VARIANT_ASSUMPTIONS", "BLOCK_EXACT_REASON",
-           "ARGMAX_ASSUMPTION",
-           "SPEEDUP_ASSUMPTIONS", "RESULT_KINDS", "SECTIONS"]
+           "ARGMAX_ASSUMPTION", "SPEEDUP_ASSUMPTIONS", "RESULT_KINDS", "SECTIONS", "SECTION_TYPES", "TokenCheck",
+           "ExactFigures", "MonteCarloFigures", "SequenceInterval", "SpeedupFigures", "BoundFigures", "SpeedupBounds",
+           "NgramFigures"]
 
 #: what a row (:attr:`DraftKResult.kind`) is, and the sections (:data:`SECTIONS`) it fills; a new kind of row (a
 #: new draft or verifier) is one entry here, set by the code that builds its rows
@@ -22,27 +24,106 @@ RESULT_KINDS = {
               ("exact", "sequences", "speedup", "ngram")),
 }
 
+class TokenCheck(NamedTuple):
+    """Token mode's check: the acceptance frequency over the judged positions against their alpha_t
+    (``token_check`` in the JSON)."""
+
+    judged_positions: int
+    accepted: int
+    expected_accepted: float
+    acceptance_frequency: float
+    expected_frequency: float
+    z: float
+    threshold: float
+    passed: bool
+
+
+class ExactFigures(NamedTuple):
+    """The exact expectation of the replayed process (dynamic programming), and the closed form of the mean alpha."""
+
+    mean_acceptance_length_exact: float | None
+    draft_acceptance_rate_exact: float | None
+    per_position_acceptance_exact: list | None
+    mean_acceptance_length_closed_form: float | None
+    speedup_closed_form: float | None
+    p_all_accepted: float | None
+    #: why there is no exact figure (block verification), else None
+    exact_reason: str | None
+
+
+class MonteCarloFigures(NamedTuple):
+    """The Monte-Carlo replay: its estimate and batch-means interval, and its agreement with the exact value."""
+
+    mean_acceptance_length: float | None
+    ci95: tuple | None
+    standard_error: float | None
+    draft_acceptance_rate: float | None
+    per_position_acceptance: list | None
+    accepted_length_histogram: list | None
+    verify_steps: int | None
+    mc_method: str | None
+    mc_vs_exact_z: float | None
+    mc_vs_exact_threshold: float | None
+    mc_agrees_with_exact: bool | None
+    token_check: TokenCheck | None
+
+
+class SequenceInterval(NamedTuple):
+    """The exact expectation's uncertainty over the recorded sequences (prompts as clusters)."""
+
+    ci95_sequences: tuple | None
+    standard_error_sequences: float | None
+
+
+class SpeedupFigures(NamedTuple):
+    """The predicted speed-up and its interval (sequences and measured costs)."""
+
+    speedup: float | None
+    speedup_ci95: tuple | None
+
+
+class BoundFigures(NamedTuple):
+    """A sparse dump: exact lower and upper bounds of alpha and of tokens per step."""
+
+    alpha_lower: float | None
+    alpha_upper: float | None
+    mean_acceptance_length_lower: float | None
+    mean_acceptance_length_upper: float | None
+
+
+class SpeedupBounds(NamedTuple):
+    """A sparse dump: the speed-up at the bounds, and the interval from the lower bound's low end to the upper
+    bound's high end."""
+
+    speedup_lower: float | None
+    speedup_upper: float | None
+    speedup_ci95: tuple | None
+
+
+class NgramFigures(NamedTuple):
+    """The n-gram draft's replay: plain target steps, tokens per target forward, accepted drafts off the record."""
+
+    plain_steps: float | None
+    tokens_per_target_forward: float | None
+    off_record: float | None
+
+
+#: section -> its type (a typed, read-only record), whose fields are the flat fields (JSON names, stable) it groups
+SECTION_TYPES = {"exact": ExactFigures, "monte_carlo": MonteCarloFigures, "sequences": SequenceInterval,
+                 "speedup": SpeedupFigures, "bounds": BoundFigures, "speedup_bounds": SpeedupBounds,
+                 "ngram": NgramFigures}
 #: section -> the flat fields (JSON names, stable) it groups
-SECTIONS = {
-    "exact": ("mean_acceptance_length_exact", "draft_acceptance_rate_exact", "per_position_acceptance_exact",
-              "mean_acceptance_length_closed_form", "speedup_closed_form", "p_all_accepted", "exact_reason"),
-    "monte_carlo": ("mean_acceptance_length", "ci95", "standard_error", "draft_acceptance_rate",
-                    "per_position_acceptance", "accepted_length_histogram", "verify_steps", "mc_method",
-                    "mc_vs_exact_z", "mc_vs_exact_threshold", "mc_agrees_with_exact", "token_check"),
-    "sequences": ("ci95_sequences", "standard_error_sequences"),
-    "speedup": ("speedup", "speedup_ci95"),
-    "bounds": ("alpha_lower", "alpha_upper", "mean_acceptance_length_lower", "mean_acceptance_length_upper"),
-    "speedup_bounds": ("speedup_lower", "speedup_upper", "speedup_ci95"),
-    "ngram": ("plain_steps", "tokens_per_target_forward", "off_record"),
-}
+SECTIONS = {name: t._fields for name, t in SECTION_TYPES.items()}
 
 
 @dataclass
 class DraftKResult:
     """Figures for one (draft, k) -- and verification variant.  JSON names (see :meth:`as_dict`) are stable.
 
-    ``kind`` (:data:`RESULT_KINDS`) says what the row is; :meth:`section` groups its figures (:data:`SECTIONS`):
-    read the kind, not which fields are None.
+    ``kind`` (:data:`RESULT_KINDS`) says what the row is; its figures come in typed sections (:data:`SECTION_TYPES`:
+    :attr:`exact`, :attr:`monte_carlo`, :attr:`sequences`, :attr:`priced`, :attr:`bounds`, :attr:`speedup_bounds`,
+    :attr:`ngram`), each None when the kind has no such section: read the sections, not which fields are None.  The
+    flat fields are the JSON names (:meth:`as_dict`).
     """
 
     draft: str
@@ -100,9 +181,50 @@ class DraftKResult:
         """The sections this kind of row fills (:data:`RESULT_KINDS`)."""
         return RESULT_KINDS[self.kind][1]
 
-    def section(self, name: str) -> dict:
-        """``{field: value}`` of one section (:data:`SECTIONS`), e.g. ``row.section("bounds")``."""
-        return {f: getattr(self, f) for f in SECTIONS[name]}
+    def section(self, name: str):
+        """One typed section (:data:`SECTION_TYPES`), e.g. ``row.section("bounds")``; None when this kind of row has
+        no such section."""
+        if name not in self.sections:
+            return None
+        kind = SECTION_TYPES[name]
+        values = {f: getattr(self, f) for f in SECTIONS[name]}
+        if name == "monte_carlo" and values["token_check"] is not None:
+            values["token_check"] = TokenCheck(**values["token_check"])
+        return kind(**values)
+
+    @property
+    def exact(self) -> ExactFigures | None:
+        return self.section("exact")
+
+    @property
+    def monte_carlo(self) -> MonteCarloFigures | None:
+        return self.section("monte_carlo")
+
+    @property
+    def sequences(self) -> SequenceInterval | None:
+        return self.section("sequences")
+
+    @property
+    def priced(self) -> SpeedupFigures | None:
+        """The speed-up section (``section("speedup")``)."""
+        return self.section("speedup")
+
+    @property
+    def bounds(self) -> BoundFigures | None:
+        return self.section("bounds")
+
+    @property
+    def speedup_bounds(self) -> SpeedupBounds | None:
+        return self.section("speedup_bounds")
+
+    @property
+    def ngram(self) -> NgramFigures | None:
+        return self.section("ngram")
+
+    @property
+    def check(self) -> TokenCheck | None:
+        """Token mode's acceptance check, typed (None: not token mode)."""
+        return None if self.token_check is None else TokenCheck(**self.token_check)
 
     @property
     def priced_speedup(self) -> float | None:
@@ -133,19 +255,26 @@ class SimulationResult:
     verdict: str = ""
     #: rows of kind "policy" (fastspec.simulation.policy_rows.PolicyRow): one per (model draft, policy)
     policies: list = field(default_factory=list)
+    #: how it was simulated: the config resolved against the dump (fastspec.simulation.SimulatePlan)
+    plan: Any = None
+    #: the predictions at the serving batch sizes asked for (fastspec.simulation.batch.BatchPrediction), or None
+    batch: Any = None
 
     def as_dict(self) -> dict:
-        return {"dump": self.dump, "config": self.config, "results": [r.as_dict() for r in self.results],
-                "best": self.best, "best_overall": self.best_overall, "verdict": self.verdict,
-                "warnings": self.warnings, "alpha_summary": self.alpha_summary, "assumptions": self.assumptions,
-                "policies": [p.as_dict() for p in self.policies]}
+        out = {"dump": self.dump, "config": self.config, "results": [r.as_dict() for r in self.results],
+               "best": self.best, "best_overall": self.best_overall, "verdict": self.verdict,
+               "warnings": self.warnings, "alpha_summary": self.alpha_summary, "assumptions": self.assumptions,
+               "policies": [p.as_dict() for p in self.policies]}
+        if self.batch is not None:
+            out["batch"] = self.batch.as_dict()
+        return out
 
     @property
     def disagreements(self) -> list[DraftKResult]:
         """Rows whose Monte-Carlo estimate is inconsistent with the exact expectation (or token check); rows
         without an interval (``mc_agrees_with_exact`` None) were not checked and are not listed."""
         return [r for r in self.results
-                if r.mc_agrees_with_exact is False or (r.token_check is not None and not r.token_check["passed"])]
+                if r.mc_agrees_with_exact is False or (r.check is not None and not r.check.passed)]
 
 
 ASSUMPTIONS = [

@@ -16,15 +16,24 @@ from .speedup import over_sequences, speedup_interval
 
 
 class Context:
-    """What every (draft, k) row of one simulation shares."""
+    """What every (draft, k) row of one simulation shares: the open dump, the plan
+    (:class:`~fastspec.simulation.config.SimulatePlan`), the progress callback, and the replay's mode and pricing
+    (a candidates row replays beta_t(w) in Bernoulli mode and prices it itself: :meth:`but`)."""
 
-    def __init__(self, d, lengths, row_ids, mode, trials, batches, seed, cost, sp, progress, block_trials,
-                 candidate_sampling, draft_mode="sampled"):
-        self.d, self.lengths, self.row_ids, self.mode = d, lengths, row_ids, mode
-        self.trials, self.batches, self.seed, self.cost, self.sp = trials, batches, seed, cost, sp
-        self.progress, self.block_trials, self.candidate_sampling = progress, block_trials, candidate_sampling
+    def __init__(self, d, plan, progress=None, *, mode=None, cost=None, priced=True):
+        self.d, self.plan, self.progress = d, plan, progress
+        self.lengths = d.lengths.astype(np.int64)
+        self.row_ids = np.arange(d.N, dtype=np.int64)
+        self.mode = plan.mode if mode is None else mode
+        self.cost = (plan.pricing if cost is None else cost) if priced else None
+        self.trials, self.batches, self.seed, self.sp = plan.trials, plan.batches, plan.seed, plan.sampling
+        self.block_trials, self.candidate_sampling = plan.block_trials, plan.candidate_sampling
         #: "sampled" or "argmax" (fastspec.simulation.argmax): how a model draft proposes, and how it is judged
-        self.draft_mode = draft_mode
+        self.draft_mode = plan.draft_sampling
+
+    def but(self, *, mode: str, priced: bool) -> "Context":
+        """This context with another replay mode, priced or not."""
+        return Context(self.d, self.plan, self.progress, mode=mode, cost=self.cost, priced=priced)
 
     def tick(self, n=1):
         if self.progress is not None:
@@ -143,8 +152,7 @@ def variant_row(ctx, name, acc, k, verify, w, betas) -> DraftKResult:
         # acceptance at t is an independent Bernoulli(beta_t(w)) and the DP and the Bernoulli replay apply unchanged.
         if w not in betas:
             betas[w] = runners.candidate_beta(ctx.d, name, ctx.sp, w, ctx.candidate_sampling, acc.valid)
-        beta_ctx = Context(ctx.d, ctx.lengths, ctx.row_ids, "bernoulli", ctx.trials, ctx.batches, ctx.seed, None,
-                            ctx.sp, ctx.progress, ctx.block_trials, ctx.candidate_sampling, ctx.draft_mode)
+        beta_ctx = ctx.but(mode="bernoulli", priced=False)
         res = token_row(beta_ctx, name, DraftAcceptance(name, acc.valid, alpha=betas[w]), k)
         res.verify, res.candidates, res.candidate_sampling, res.kind = "token", w, ctx.candidate_sampling, "candidates"
         res.mc_method = f"bernoulli replay of beta_t({w}) (exact per-position acceptance of {w} candidates)"

@@ -191,8 +191,9 @@ class _TokenReplay:
         return acc
 
 
-def candidate_beta(d, name, sp, w, sampling, valid) -> np.ndarray:
-    """beta_t(w) [N, T]: probability that one of w candidates is accepted at position t (exact, per position)."""
+def candidate_beta(d, name, sp, w, candidate_sampling, valid) -> np.ndarray:
+    """beta_t(w) [N, T]: probability that one of w candidates (proposed by ``candidate_sampling``: "iid" or
+    "deterministic") is accepted at position t under the sampling ``sp`` (exact, per position)."""
     from ..candidates import candidate_acceptance
     from ..processing import probabilities
 
@@ -209,6 +210,6 @@ def candidate_beta(d, name, sp, w, sampling, valid) -> np.ndarray:
             p = probabilities(x[r], **kw)
             q = probabilities(y[r], **kw)
             flat[n0 * d.T + r] = candidate_acceptance(
-                p, q, w, sampling=sampling,
-                draft_logits=np.asarray(y[r], dtype=np.float64) if sampling == "deterministic" else None)
+                p, q, w, sampling=candidate_sampling,
+                draft_logits=np.asarray(y[r], dtype=np.float64) if candidate_sampling == "deterministic" else None)
     return beta
