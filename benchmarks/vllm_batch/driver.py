@@ -77,6 +77,8 @@ from fastspec.costs.batch import break_even
 from fastspec.errors import InvalidInput
 from fastspec.stats import median_se
 
+from .schedule import break_even_line, say_break_even
+
 __all__ = ["BatchWorker", "VllmBatchResult", "measure_vllm_batch", "exact_counters", "cost_table_v2",
            "median_se", "forward_cells", "BATCH_WORKER", "CONFIGS"]
 
@@ -505,16 +507,10 @@ def comparison_table(comparison: dict) -> str:
             + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" ({f(r['speedup_rel_error'], pc)}) / "
             f"{f(r.get('speedup_predicted_e2e'), '{:.2f}')} ({f(r.get('speedup_rel_error_e2e'), pc)}) | "
             f"{f(r['tokens_per_step_measured'], '{:.2f}')} / {f(r['tokens_per_step_predicted'], '{:.2f}')} |")
-    be = comparison["break_even"]
-
-    def say(x):
-        if x["status"] == "stops paying":
-            return f"pays up to B = {x['pays_up_to']}, not at B = {x['stops_at']} (1.0 near B = {x['estimate']:.1f})"
-        return x["status"]
     lines.append("")
-    lines.append(f"break-even: measured {say(be['measured'])}; predicted {say(be['predicted'])} -- "
-                 + ("matches" if comparison["break_even_matches"] else "does NOT match"))
+    be = comparison["break_even"]
+    lines.append(break_even_line(be, comparison["break_even_matches"]))
     if be.get("predicted_e2e"):
-        lines.append(f"break-even with the measured prefill added: predicted {say(be['predicted_e2e'])} -- "
+        lines.append(f"break-even with the measured prefill added: predicted {say_break_even(be['predicted_e2e'])} -- "
                      + ("matches" if comparison["break_even_matches_e2e"] else "does NOT match"))
     return "\n".join(lines)

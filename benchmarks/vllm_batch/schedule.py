@@ -147,12 +147,19 @@ def schedule_table(pred: Mapping) -> str:
                      f"({r['plain_rel_error']:+.0%}) | {r['spec_measured']:.1f} / {r['spec_predicted']:.1f} "
                      f"({r['spec_rel_error']:+.0%}) | {r['speedup_measured']:.2f} / {r['speedup_predicted']:.2f} "
                      f"({r['speedup_rel_error']:+.0%}) | {r['spec_mean_in_flight']:.1f} |")
-    be = pred["break_even"]
-
-    def say(x):
-        if x["status"] == "stops paying":
-            return f"pays up to B = {x['pays_up_to']}, not at B = {x['stops_at']} (1.0 near B = {x['estimate']:.1f})"
-        return x["status"]
-    lines += ["", f"break-even: measured {say(be['measured'])}; predicted {say(be['predicted'])} -- "
-              + ("matches" if pred["break_even_matches"] else "does NOT match")]
+    lines += ["", break_even_line(pred["break_even"], pred["break_even_matches"])]
     return "\n".join(lines)
+
+
+def say_break_even(x: Mapping) -> str:
+    """One :func:`fastspec.costs.batch.break_even` result in words."""
+    if x["status"] == "stops paying":
+        return f"pays up to B = {x['pays_up_to']}, not at B = {x['stops_at']} (1.0 near B = {x['estimate']:.1f})"
+    return x["status"]
+
+
+def break_even_line(be: Mapping, matches: bool) -> str:
+    """``break-even: measured ...; predicted ... -- matches`` from the measured and predicted break-evens."""
+    say = say_break_even
+    return (f"break-even: measured {say(be['measured'])}; predicted {say(be['predicted'])} -- "
+            + ("matches" if matches else "does NOT match"))
