@@ -107,7 +107,7 @@ def integrity_option():
 
 
 def dump_argument(help: str = "Logit dump: an .npz file, a directory of .npy files or a directory of shards "
-                              "(see data/README.md)."):
+                              "(format: docs/reference/dump-format.md)."):
     return typer.Argument(..., metavar="DUMP", help=help)
 
 

@@ -151,3 +151,62 @@ def test_the_cli_reference_lists_todays_flags():
     assert ref.MARKER in text
     assert text.split(ref.MARKER)[1].strip() == ref.flags_markdown().strip(), \
         "docs/reference/cli.md is out of date: run python scripts/cli_reference.py"
+
+
+#: a repository path in inline code: ``fastspec/io/dump.py``, ``cli/_options.py``, ``benchmarks/vllm_batch/`` ...
+_REPO_PATH = re.compile(r"`((?:fastspec|cli|benchmarks|scripts|tests)/[A-Za-z0-9_./-]*)`")
+#: a dotted library name in inline code: ``fastspec.costs.break_even``, ``fastspec.engines.vllm.compare`` ...
+_LIB_NAME = re.compile(r"`(fastspec(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+
+
+def _resolves(name: str) -> bool:
+    """A dotted name is a module, or an attribute chain of the longest importable module prefix."""
+    import importlib
+
+    parts = name.split(".")
+    for j in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:j]))
+        except ImportError:
+            continue
+        for attr in parts[j:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def stale_names(root: pathlib.Path) -> list[str]:
+    """Repository paths and ``fastspec.*`` names quoted in README.md and docs/ that no longer exist.  Placeholders
+    in capitals (``fastspec/engines/NAME/``) and lines that say a path was so "at the time" (dated results) are
+    skipped."""
+    bad = []
+    for page in [root / "README.md"] + sorted((root / "docs").rglob("*.md")):
+        for i, line in enumerate(page.read_text().splitlines(), 1):
+            if "at the time" in line:
+                continue
+            for m in _REPO_PATH.finditer(line):
+                path = m.group(1).rstrip(".")
+                if not re.search(r"/[A-Z]+(/|$)", path) and not (root / path).exists():
+                    bad.append(f"{page.relative_to(root)}:{i}: {path} does not exist")
+            for m in _LIB_NAME.finditer(line):
+                if not _resolves(m.group(1)):
+                    bad.append(f"{page.relative_to(root)}:{i}: {m.group(1)} does not resolve")
+    return bad
+
+
+def test_the_docs_name_modules_and_paths_that_exist():
+    """Every module path (``fastspec/io/dump.py``) and dotted name (``fastspec.costs.break_even``) the docs quote
+    exists today: a moved or renamed module cannot leave its old name behind in the docs."""
+    assert stale_names(ROOT) == []
+
+
+def test_a_stale_name_is_found(tmp_path):
+    """The check itself: an old path and an old dotted name on a page are both reported."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("See `fastspec/engines/vllm_batch.py` and `fastspec.engines.hf_generate`.\n"
+                                        "Placeholders pass: `fastspec/engines/NAME/`.\n")
+    (tmp_path / "fastspec").mkdir()
+    assert stale_names(tmp_path) == ["README.md:1: fastspec/engines/vllm_batch.py does not exist",
+                                     "README.md:1: fastspec.engines.hf_generate does not resolve"]

@@ -370,7 +370,7 @@ def measure_vllm_batch(python: str, model: str, prompts: Sequence[Sequence[int]]
             tmp.cleanup()
     table = cost_table_v2(cost_rounds, batches, ns, decode_steps, k=k, draft=f"ngram.vllm{min_n}-{max_n}",
                           machine=machine or "vllm-cpu", context_length=len(prefix),
-                          note="measured in vLLM (fastspec.engines.vllm_batch): prefill-shaped forwards over a "
+                          note="measured in vLLM (benchmarks/vllm_batch): prefill-shaped forwards over a "
                                "cached prefix; a shared, loaded machine")
     return summarize(runs, records, exact, table, cost_rounds, batches=batches, k=k, min_n=min_n, max_n=max_n,
                      max_tokens=max_tokens, prompts=len(prompts), rounds=rounds, target=model,

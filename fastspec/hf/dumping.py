@@ -5,7 +5,7 @@ rows are the logits that sampling drew each token from.  An early-exit draft ``e
 from the same forwards (the hidden state after decoder layer L, then the final norm and LM head, all positions in
 one product), so it costs no forward of its own; any other draft model is run teacher-forced over prompt +
 continuation (one forward per prompt).  Rows are stored as dense raw logits (float16 or float32) or the top-K
-processed log-probabilities (sparse), in the dump format of ``data/README.md``, written with
+processed log-probabilities (sparse), in the dump format of ``docs/reference/dump-format.md``, written with
 :func:`fastspec.io.save_dump` (so validation is shared with the loader), with the prompts, whether EOS was
 ignored, and by default the cost table of the real loop measured on this machine
 (:func:`fastspec.hf.timing.measure_costs`).

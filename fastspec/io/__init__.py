@@ -1,7 +1,7 @@
 """Logit dumps: the on-disk format, a validating loader and a bounded-memory row reader.
 
-Format (full specification in ``data/README.md``)
---------------------------------------------------
+Format (full specification in ``docs/reference/dump-format.md``)
+----------------------------------------------------------------
 An ``.npz`` file, or a directory of ``.npy`` files with the same names (memory-mapped).
 Array names are ``<role>_<kind>[__<draft name>]``:
 

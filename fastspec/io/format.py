@@ -1,4 +1,4 @@
-"""The dump format's rules: array names, roles and kinds, dtypes, metadata (full text in ``data/README.md``).
+"""The dump format's rules: array names, roles and kinds, dtypes, metadata (in full: ``docs/reference/dump-format.md``).
 
 Array names are ``<role>_<kind>[__<draft name>]``: role ``target`` or ``draft``, kind ``logits`` (dense) or
 ``topk_ids`` + ``topk_logprobs`` (sparse).  A plain ``draft_*`` array belongs to the draft named ``draft``; the

@@ -11,7 +11,7 @@ Layout rule (decided by content, never by name)
 For a directory ``D``:
 
 * ``D`` directly holds ``.npy`` files -> ``D`` is ONE dump (the directory-of-``.npy`` layout of
-  ``data/README.md``); nothing else in it is looked at;
+  ``docs/reference/dump-format.md``); nothing else in it is looked at;
 * otherwise, its shards are the ``.npz`` files in ``D`` and the subdirectories of ``D`` that hold at least
   one ``.npy`` entry (symbolic links followed); names starting with ``.`` are ignored, and so are other regular
   files and directories without ``.npy`` entries.  Any other entry -- a FIFO, a socket, a device, a dangling
