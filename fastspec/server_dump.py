@@ -5,8 +5,9 @@ pipeline sits above both).
 For prompt i the target server samples a continuation (seed :func:`prompt_seed` (seed, i), at most
 ``max_new_tokens`` tokens; exactly that many with ``ignore_eos``); then the target and every draft server score
 prompt + continuation teacher-forced and return the top-k logprobs of every continuation position.  Row t of a
-model is the distribution that predicts continuation token t, as in every dump (``docs/reference/dump-format.md``).  With an
-engine that returns the logprobs of given ids (SGLang's ``token_ids_logprob``) each side also scores the other's
+model is the distribution that predicts continuation token t, as in every dump
+(``docs/reference/dump-format.md``).  With an engine that returns the logprobs of given ids (SGLang's
+``token_ids_logprob``) each side also scores the other's
 top-k ids: both probabilities are then known on the union of the lists and the acceptance interval shrinks (the
 report says by how much); vLLM has no such field.  Those logprobs go into the dump as each role's
 ``extra_ids`` / ``extra_logprobs`` (per position, the other side's top-k ids outside the role's own), so
