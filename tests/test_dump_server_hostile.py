@@ -21,7 +21,7 @@ from fastspec.errors import InvalidInput
 from fastspec.io import load_dump
 from fastspec.io.servers import ServerError
 from fastspec.server_dump import dump_from_servers, staging_dir
-from test_server_dump import PROMPTS, Fake, _cli, _one_line_error, _prompts_file
+from test_server_dump import PROMPTS, Fake, _cli, _one_line_error, _prompts_file, started_servers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,17 +44,7 @@ class Hostile(Fake):
 
 @pytest.fixture
 def hostile():
-    started = []
-
-    def make(hook=None, **kw):
-        f = Hostile(hook, **kw)
-        url = f.start()
-        started.append(f)
-        return f, url
-
-    yield make
-    for f in started:
-        f.stop()
+    yield from started_servers(Hostile)
 
 
 def _is_prompt(body, p):

@@ -238,12 +238,13 @@ class Fake:
             self.server = None
 
 
-@pytest.fixture
-def fakes():
+def started_servers(cls):
+    """A fixture body: ``make(*args, **kw)`` starts a ``cls`` server and returns it with its URL; every server it
+    started is stopped at teardown."""
     started = []
 
-    def make(**kw):
-        f = Fake(**kw)
+    def make(*args, **kw):
+        f = cls(*args, **kw)
         url = f.start()
         started.append(f)
         return f, url
@@ -251,6 +252,11 @@ def fakes():
     yield make
     for f in started:
         f.stop()
+
+
+@pytest.fixture
+def fakes():
+    yield from started_servers(Fake)
 
 
 PROMPTS = [[3, 5, 7], [11, 13, 17, 19], [2, 4], [8, 9, 10, 11, 12]]
