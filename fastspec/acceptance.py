@@ -30,6 +30,7 @@ the mass r_p.  (Taking p_min over K_p instead would be wrong: an extra id may li
 unknown id can sit just under the k-th.)  Each such interval contains alpha; the one reported is its
 intersection with the plain top-k interval, so it is never wider (:func:`fastspec._kernels.known`).  Greedy
 analysis (temperature 0) compares the top-1 ids as before.
+The page that explains it: ``docs/guide/dumps.md``.
 """
 from __future__ import annotations
 

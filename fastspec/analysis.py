@@ -26,6 +26,7 @@ Closed forms (Leviathan et al. 2023) assume one alpha for every position and no 
 draft/target cost ratio c.  Replaying recorded alpha_t differs from plugging their mean into the formula:
 E[prod alpha] != prod E[alpha] (Jensen), and blocks start right after a rejection, i.e. disproportionately
 after hard positions.
+The page that explains it: ``docs/guide/simulate.md``.
 """
 from __future__ import annotations
 

@@ -86,6 +86,7 @@ differ by rounding.  Tolerances, and why they cannot hide a real bias:
   bf16 rounding moves the score tests' per-token means with random signs too (|z| < 1.5 at 1536 tokens in the
   tests).  At ~10^4 tokens a systematic engine-side difference of the same order as these biases would be flagged
   as well: audit an engine at the precision it runs, or against teacher forcing at that precision.
+The page that explains it: ``docs/design/audit-statistics.md``.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 The algorithm and its kernels are in :mod:`fastspec._kernels.block`; the method names in
 :mod:`fastspec.methods`.  This module keeps the names it always had (``METHODS``, ``check_method``).
+The page that explains it: ``docs/guide/block-and-candidates.md``.
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ were drawn from.
 
 Randomness: :func:`~fastspec._numba.rng.candidate_uniform` ``(row_seed, depth, sibling)``, and the residual /
 bonus streams keyed by depth: deterministic whatever the thread count, batch composition or row order.
+The page that explains it: ``docs/guide/block-and-candidates.md``.
 """
 from __future__ import annotations
 

@@ -68,6 +68,7 @@ Differences from Hugging Face ``generate`` (``prompt_lookup_num_tokens`` = ``k``
   occurrence when none is left) and never proposes past ``max_length``; fastspec does none of these (the loop
   stops at EOS; a token of target probability 0 is rejected by verification).  HF handles batch size 1 only.
 * The same: context = prompt + output, longest n first, overlap allowed, fewer than ``k`` tokens at the end.
+The page that explains it: ``docs/guide/simulate.md``.
 """
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ received, seed).  The side file ``<out>.servers.json`` is the run's report (the 
 seeds, warnings, the tight-bounds shrink); nothing reads it back.  Both are written only once every prompt is
 done, each renamed into place: a file at ``out`` is always complete.  The staging directory is removed after
 that.
+The page that explains it: ``docs/guide/server-dumps.md``.
 """
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ Validation: every drafted token within ``num_draft`` must have draft probability
 draft distribution, whatever the random path of its row (``InvalidInput`` names the row and position);
 logits must be finite or -inf with a finite value in every row (checked while the kernels read them).
 ``validate="visited"`` (the latency mode) narrows both checks to the rows and positions the decision reads.
+The page that explains it: ``docs/design/lossless-verification.md``.
 """
 from __future__ import annotations
 

@@ -210,3 +210,20 @@ def test_a_stale_name_is_found(tmp_path):
     (tmp_path / "fastspec").mkdir()
     assert stale_names(tmp_path) == ["README.md:1: fastspec/engines/vllm_batch.py does not exist",
                                      "README.md:1: fastspec.engines.hf_generate does not resolve"]
+
+
+def test_the_code_points_to_pages_that_exist():
+    """Module docstrings and help texts link to the page that explains them (``docs/guide/simulate.md``,
+    ``docs/reference/dump-format.md#sparse``): every such path, and its anchor, exists."""
+    page_ref = re.compile(r"(docs/[A-Za-z0-9_./-]*\.md)(#[A-Za-z0-9_-]+)?")
+    bad, seen = [], 0
+    for src in sorted([*(ROOT / "fastspec").rglob("*.py"), *(ROOT / "cli").rglob("*.py")]):
+        for i, line in enumerate(src.read_text().splitlines(), 1):
+            for m in page_ref.finditer(line):
+                seen += 1
+                page = ROOT / m.group(1)
+                if not page.is_file():
+                    bad.append(f"{src.relative_to(ROOT)}:{i}: {m.group(1)} does not exist")
+                elif m.group(2) and m.group(2)[1:] not in anchors(page.read_text()):
+                    bad.append(f"{src.relative_to(ROOT)}:{i}: {m.group(0)}: no such anchor")
+    assert seen >= 20 and bad == []

@@ -25,6 +25,7 @@ stream                      key                                     used for
 
 Seeds are integers in ``[-2**63, 2**64)``, used modulo ``2**64`` (``-1`` and ``2**64 - 1`` are the same seed);
 :func:`seed_bits` checks and converts them once, in Python, so a kernel always sees an int64.
+The page that explains it: ``docs/design/determinism.md``.
 """
 from __future__ import annotations
 

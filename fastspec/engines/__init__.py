@@ -11,4 +11,5 @@ registry ``fastspec measure --engine`` reads.
 
 Hugging Face's assisted generation is :mod:`fastspec.hf.assisted`.  Nothing here is imported by
 ``import fastspec``; vLLM itself is never imported by fastspec's process.
+The page that explains it: ``docs/guide/engines.md``.
 """

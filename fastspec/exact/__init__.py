@@ -50,6 +50,7 @@ the index and the fix.
 
 "Same distribution" here is the theorem-level claim (infinite samples).  It is
 not "same text under a fixed seed" and not "close task score".
+The page that explains it: ``docs/design/lossless-verification.md``.
 """
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ One concept per module:
 Sampling parameters follow :class:`fastspec.params.SamplingParams`; every token is drawn by
 :func:`fastspec.processing.sample_tokens`; bad arguments raise :class:`fastspec.errors.InvalidInput` /
 :class:`~fastspec.errors.InvalidType`.
+The page that explains it: ``docs/guide/real-models.md``.
 """
 from __future__ import annotations
 

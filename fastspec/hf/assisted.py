@@ -35,6 +35,7 @@ draws the draft's and the target's samples: same law as fastspec's loop, not the
 
 torch and transformers are used through :mod:`fastspec.hf.loop` (imported inside the functions only).  Whether
 transformers tunes its threshold (scikit-learn importable): :func:`fastspec.policies.sklearn_available`.
+The page that explains it: ``docs/engines/transformers.md``.
 """
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ code path's baseline).  Seeds: the policy runs use (draft index, 2**20 + policy 
 engine's runs ``torch.manual_seed`` of (draft index, 2**21 + configuration index, prompt, repeat).
 
 Compare the result with a dump's prediction through :func:`fastspec.hf.prediction.compare`.
+The page that explains it: ``docs/guide/real-models.md``.
 """
 from __future__ import annotations
 

@@ -71,6 +71,7 @@ named by a small JSON manifest (first non-blank byte ``{``), paths relative to t
 Each draft file must be ``llama-perplexity --kl-divergence-base`` of the draft model over the same text with the same
 ``-c`` (same ``n_ctx``, ``n_chunk``, ``n_vocab`` and tokens, checked).  :func:`fastspec.open_dump` routes both
 to :func:`load_llamacpp`.
+The page that explains it: ``docs/guide/dumps.md``.
 """
 from __future__ import annotations
 

@@ -50,6 +50,7 @@ such guarantee and is not bounded.)
 Assumptions to keep in mind: contexts follow the recorded sequences (when the requested sampling config
 differs from the one the trajectories were sampled with, a warning says so); this is an offline estimate, not a
 deployment measurement.
+The page that explains it: ``docs/guide/simulate.md``.
 """
 from __future__ import annotations
 

@@ -10,4 +10,5 @@ imports vllm):
 * :mod:`~fastspec.engines.vllm.measure` -- what ``fastspec measure --engine vllm`` runs;
 * ``_worker.py`` -- the process vLLM runs in, started by path with vLLM's Python (standard library and vllm only;
   this folder holds no module named ``vllm``, so the worker's ``import vllm`` is vLLM itself).
+The page that explains it: ``docs/engines/vllm.md``.
 """
