@@ -1,6 +1,6 @@
 """Draft-length policies: how many tokens a speculative step drafts, decided online from the draft's own probabilities.
 
-One :class:`Policy` (:func:`parse_policy` reads :data:`POLICY_GRAMMAR`) serves both the real loop
+One :class:`DraftPolicy` (:func:`parse_policy` reads :data:`POLICY_GRAMMAR`) serves both the real loop
 (``fastspec.hf.loop``, through the online :class:`PolicyState`) and the simulator
 (:func:`fastspec.simulation.policy_eval.evaluate_policy`).  Every decision reads only tokens already drafted and
 their probabilities, never a later one, so verification with min(1, p/q) and the normalized residual stays exact.
@@ -34,7 +34,7 @@ Hugging Face's assisted generation, as transformers 5.24.0 implements it (read i
   Persistence across ``generate()`` calls (``utils.py``: end of ``_assisted_decoding``): only when
   ``assistant_model.generation_config.num_assistant_tokens_schedule == "heuristic"`` is the final value written back
   to ``assistant_model.generation_config.num_assistant_tokens``; ``heuristic_transient`` and ``constant`` restart
-  from the configured value.  :meth:`Policy.start` with the previous call's state carries it over the same way.
+  from the configured value.  :meth:`DraftPolicy.start` with the previous call's state carries it over the same way.
 * Confidence stop (``stopping_criteria.py``: ``ConfidenceCriteria``; installed by ``utils.py``:
   ``_get_stopping_criteria`` when ``is_assistant`` and the threshold is > 0): after each assistant token,
   ``softmax(scores[-1])[token] < threshold`` stops drafting; the token is kept.  ``scores`` are the assistant's
@@ -65,7 +65,7 @@ Hugging Face's assisted generation, as transformers 5.24.0 implements it (read i
 * Assistant EOS: the assistant also stops drafting at EOS; a replay along a recorded trajectory never drafts past
   its end, so this is not modelled.
 
-:class:`PolicyState` (``Policy.start()``) is the online interface: ``budget()`` before a step, ``keep_drafting(j,
+:class:`PolicyState` (``DraftPolicy.start()``) is the online interface: ``budget()`` before a step, ``keep_drafting(j,
 q_token, q_max)`` after drafting token j, ``update(n_drafted, n_accepted, drafted_q)`` after verification (HF's
 ``num_matches`` is ``n_accepted``; call it also for a plain step with ``(0, 0, ())`` to match HF's heuristic).
 """
@@ -80,7 +80,7 @@ import numpy as np
 from .config import MAX_K
 from .errors import InvalidInput, InvalidType
 
-__all__ = ["Policy", "PolicyState", "parse_policy", "parse_policies", "POLICY_GRAMMAR", "HF_DEFAULTS", "SCHEDULES",
+__all__ = ["DraftPolicy", "PolicyState", "parse_policy", "parse_policies", "POLICY_GRAMMAR", "HF_DEFAULTS", "SCHEDULES",
            "roc_curve", "hf_roc_threshold", "sklearn_available", "FixedState", "StopState", "HFState"]
 
 # ------------------------------------------------------------------ ROC (scikit-learn's roc_curve)
@@ -134,7 +134,7 @@ def hf_roc_threshold(matches, probs) -> float:
 
 
 # ------------------------------------------------------------------ online state
-# Online policy state: one per sequence (``Policy.start()``), driven by the real loop step by step.
+# Online policy state: one per sequence (``DraftPolicy.start()``), driven by the real loop step by step.
 #
 # Protocol (``fastspec.policies`` module docstring): ``n = state.budget()`` before a step (>= 1; the loop still caps
 # it by the tokens left); after drafting token j (0-based) with processed draft probability ``q_token = q_j(x_j)``
@@ -282,7 +282,7 @@ def _fmt(v) -> str:
 
 
 @dataclass(frozen=True)
-class Policy:
+class DraftPolicy:
     """A draft-length policy (module docstring).  Build it with :func:`parse_policy`."""
 
     kind: str
@@ -411,13 +411,13 @@ def _prob_field(label, spec, key, v, *, zero_ok=False) -> float:
     return f
 
 
-def parse_policy(spec, *, name: str = "--policy") -> Policy:
-    """A :class:`Policy` from its spec (:data:`POLICY_GRAMMAR`; also the canonical ``kind(a=b,...)`` form), or the
-    Policy itself.  ``name`` labels the input in messages (the CLI flag).  InvalidInput names the field and why."""
-    if isinstance(spec, Policy):
+def parse_policy(spec, *, name: str = "--policy") -> DraftPolicy:
+    """A :class:`DraftPolicy` from its spec (:data:`POLICY_GRAMMAR`; also the canonical ``kind(a=b,...)`` form), or the
+    DraftPolicy itself.  ``name`` labels the input in messages (the CLI flag).  InvalidInput names the field and why."""
+    if isinstance(spec, DraftPolicy):
         return spec
     if not isinstance(spec, str):
-        raise InvalidType(f"{name} must be a policy spec string or a Policy, got {type(spec).__name__}")
+        raise InvalidType(f"{name} must be a policy spec string or a DraftPolicy, got {type(spec).__name__}")
     m = _SPEC.match(spec)
     if not m or m.group(1) not in KINDS:
         raise _bad(name, spec, f"unknown policy kind (known: {', '.join(KINDS)})", True)
@@ -455,18 +455,18 @@ def parse_policy(spec, *, name: str = "--policy") -> Policy:
             if v not in ("roc", "off"):
                 raise _bad(name, spec, f"tune={v} must be roc or off")
             out[key] = v
-    return Policy(kind, **out)
+    return DraftPolicy(kind, **out)
 
 
-def parse_policies(specs, *, name: str = "--policy") -> list[Policy]:
+def parse_policies(specs, *, name: str = "--policy") -> list[DraftPolicy]:
     """Policies from one spec, a list of specs, or None (empty); each policy once, in order."""
     if specs is None:
         return []
-    if isinstance(specs, (str, Policy)):
+    if isinstance(specs, (str, DraftPolicy)):
         specs = [specs]
     try:
         items = list(specs)
     except TypeError:
-        raise InvalidType(f"policies must be a policy spec, a Policy or a list of them, got "
+        raise InvalidType(f"policies must be a policy spec, a DraftPolicy or a list of them, got "
                           f"{type(specs).__name__}") from None
     return list(dict.fromkeys(parse_policy(s, name=name) for s in items))

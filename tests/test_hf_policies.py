@@ -162,7 +162,7 @@ class _TrustTrigger:
     def __getattr__(self, name):
         return getattr(self.policy, name)
 
-    def start(self, previous=None):  # noqa: ARG002 (the Policy interface)
+    def start(self, previous=None):  # noqa: ARG002 (the DraftPolicy interface)
         run, state = self, self.policy.start()
 
         class State:

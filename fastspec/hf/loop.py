@@ -348,8 +348,8 @@ def as_ngram(draft) -> NgramProposer | None:
 
 
 def as_policy(policy, ngram: bool):
-    """``policy`` (a :class:`fastspec.policies.Policy`, its spec string, or None) as a Policy, or None; a policy
-    other than ``fixed`` needs a draft model (its probabilities): InvalidInput naming ``policy`` otherwise."""
+    """``policy`` (a :class:`fastspec.policies.DraftPolicy`, its spec string, or None) as a DraftPolicy, or None; a
+    policy other than ``fixed`` needs a draft model (its probabilities): InvalidInput naming ``policy`` otherwise."""
     if policy is None:
         return None
     from ..policies import parse_policy
@@ -357,7 +357,7 @@ def as_policy(policy, ngram: bool):
     pol = parse_policy(policy, name="policy") if isinstance(policy, str) else policy
     if not callable(getattr(pol, "start", None)):
         raise InvalidInput(f"policy = {shown(policy)} is invalid: give a spec string (fastspec.policies."
-                           "POLICY_GRAMMAR) or a fastspec.policies.Policy")
+                           "POLICY_GRAMMAR) or a fastspec.policies.DraftPolicy")
     if ngram and pol.kind != "fixed":
         raise InvalidInput(f"policy = {pol.name}: an n-gram draft has no probabilities to stop on; only fixed "
                            "policies (fixed:k=K) run with n-gram drafts")
@@ -391,7 +391,7 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
     tokens up to floating-point ties).  Stops after ``max_new_tokens`` or an EOS token (``eos_token_id=None``:
     never, every run emits exactly ``max_new_tokens``).
 
-    ``policy`` (:func:`fastspec.policies.parse_policy` spec or Policy; None: fixed ``k``, as above, and ``k`` is
+    ``policy`` (:func:`fastspec.policies.parse_policy` spec or DraftPolicy; None: fixed ``k``, as above, and ``k`` is
     ignored otherwise): one state per call (``policy.start()``); a step drafts at most ``d = min(state.budget(),
     max_new_tokens - generated - 1)`` tokens; after drafting token j the loop calls ``state.keep_drafting(j,
     q_j(x_j), max_v q_j(v))`` with the processed draft distribution (:func:`fastspec.probabilities`, the one the

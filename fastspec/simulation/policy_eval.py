@@ -41,7 +41,7 @@ import numpy as np
 from .._kernels.codes import RULE_FIXED, RULE_SPECDEC, RULE_THRESHOLD
 from .._kernels.policy import N_P, P_ACCEPTED, P_DRAFTED, P_STEPS, policy_dp, policy_mc
 from ..errors import InvalidInput, InvalidType
-from ..policies import Policy, parse_policy
+from ..policies import DraftPolicy, parse_policy
 from ..stats import batch_means_ci, ratio_ci
 from .config import check_trials, sampling_overrides
 from .policy_features import PolicyFeatures, policy_features
@@ -215,7 +215,7 @@ def step_costs(cost, draft, nmax, p_all, needed=None):
     raise InvalidType(f"cost must be a StepCost, a CostTable or a simulator pricing, got {type(cost).__name__}")
 
 
-def check_policy_dump(d, draft: str, policy: Policy, *, flag: str = "--policy") -> None:
+def check_policy_dump(d, draft: str, policy: DraftPolicy, *, flag: str = "--policy") -> None:
     """InvalidInput when ``policy`` cannot be replayed on ``draft`` of dump ``d`` (n-gram draft, sparse dump)."""
     if draft not in d.drafts:
         need = "needs the draft's probabilities; an n-gram draft has none" if policy.needs_draft_probs else \
@@ -230,7 +230,7 @@ def check_policy_dump(d, draft: str, policy: Policy, *, flag: str = "--policy") 
                            f"--k {policy.k} (bounds)")
 
 
-def _codes(policy: Policy):
+def _codes(policy: DraftPolicy):
     """(rule, on_token, theta, h, k0, heuristic, tune) of the kernels."""
     if policy.kind == "fixed":
         return RULE_FIXED, True, 0.0, 0.0, policy.k, False, False
@@ -243,7 +243,7 @@ def _codes(policy: Policy):
     return rule, True, policy.theta, 0.0, policy.k, heur, policy.tune == "roc" and policy.theta > 0
 
 
-def needed_thetas(policy: Policy, method: str = "auto") -> list[float]:
+def needed_thetas(policy: DraftPolicy, method: str = "auto") -> list[float]:
     """The on=token thresholds whose exact sums the exact DP of ``policy`` needs."""
     if _method(policy, method) != "exact":
         return []
@@ -351,7 +351,7 @@ def _open_dump(dump):
 
 def evaluate_policy(dump, draft: str | None, policy, *, sampling=None, trials: int = DEFAULT_POLICY_TRIALS,
                     seed: int = 0, progress=None, method: str = "auto", carry: bool = False) -> PolicyEstimate:
-    """Expected figures of ``policy`` (a spec or :class:`fastspec.policies.Policy`) for ``draft`` (None: the dump's
+    """Expected figures of ``policy`` (a spec or :class:`fastspec.policies.DraftPolicy`) for ``draft`` (None: the dump's
     only draft) of a dense ``dump`` (path or open dump), by exact DP or Monte-Carlo (``method`` "auto": exact where
     the policy allows).  ``sampling``: None (the dump's recorded settings), a SamplingParams or a mapping of some
     of its settings.  ``trials`` (Monte-Carlo replays per sequence, 2 to 10**6) and ``seed`` key the draws.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..config import MAX_K
 from ..errors import InvalidInput, InvalidType
-from ..policies import Policy, parse_policy
+from ..policies import DraftPolicy, parse_policy
 from .config import check_trials, sampling_overrides
 from .policy_eval import (DEFAULT_POLICY_TRIALS, MAX_POLICY_TRIALS, PolicyEstimate, _open_dump, check_policy_dump,
                           evaluate_features, needed_thetas, step_costs)
@@ -103,7 +103,7 @@ def _priced_max(cost, draft, p_all=0.0) -> int:
     return n
 
 
-def default_grid(k_priced: int) -> list[Policy]:
+def default_grid(k_priced: int) -> list[DraftPolicy]:
     """The search grid for draft lengths up to ``k_priced`` (module docstring)."""
     K = max(1, min(k_priced, MAX_K))
     kmaxes = sorted({k for k in (2, 3, 4, 6, 8, 12, 16, 20) if k <= K} | {K})
