@@ -28,7 +28,7 @@ def test_block_example_from_the_paper():
     blk = E.block_distribution(const(P2), const(Q2), 2, method="block")
     assert tok.expected_accepted == F(10, 9)
     assert blk.expected_accepted == F(11, 9)
-    assert blk.policy == "block" and blk.exact and blk.expected_tokens == F(20, 9)
+    assert blk.rule == "block" and blk.exact and blk.expected_tokens == F(20, 9)
     assert sum(blk.accepted_count) == 1
 
 
@@ -72,13 +72,13 @@ def test_block_sequences_with_rollback_are_exact(m):
     t, d = random_model(st_, vocab), random_model(sd, vocab)
     seq = E.sequence_distribution(t, d, max(k, 1), 3, method="block")
     tok = E.sequence_distribution(t, d, max(k, 1), 3)
-    assert seq.total_variation == 0 and seq.policy == "block"
+    assert seq.total_variation == 0 and seq.rule == "block"
     assert seq.expected_steps <= tok.expected_steps
 
 
-def test_block_rejects_policy_and_unknown_method():
+def test_block_rejects_rule_and_unknown_method():
     with pytest.raises(ValueError, match="token verification only"):
-        E.block_distribution(const(P2), const(Q2), 2, method="block", policy="resample_from_target")
+        E.block_distribution(const(P2), const(Q2), 2, method="block", rule="resample_from_target")
     with pytest.raises(ValueError, match="unknown"):
         E.block_distribution(const(P2), const(Q2), 2, method="tree")
     with pytest.raises(ValueError, match="unknown"):
