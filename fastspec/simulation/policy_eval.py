@@ -41,6 +41,7 @@ import numpy as np
 from .._kernels.codes import RULE_FIXED, RULE_SPECDEC, RULE_THRESHOLD
 from .._kernels.policy import N_P, P_ACCEPTED, P_DRAFTED, P_STEPS, policy_dp, policy_mc
 from ..errors import InvalidInput, InvalidType
+from ..params import SamplingParams
 from ..policies import DraftPolicy, parse_policy
 from ..stats import batch_means_ci, ratio_ci
 from .config import check_trials, sampling_overrides
@@ -349,12 +350,14 @@ def _open_dump(dump):
     return open_dump(dump), True
 
 
-def evaluate_policy(dump, draft: str | None, policy, *, sampling=None, trials: int = DEFAULT_POLICY_TRIALS,
-                    seed: int = 0, progress=None, method: str = "auto", carry: bool = False) -> PolicyEstimate:
+def evaluate_policy(dump, draft: str | None, policy, *, sampling: SamplingParams | None = None, temperature=None,
+                    top_k=None, top_p=None, min_p=None, trials: int = DEFAULT_POLICY_TRIALS, seed: int = 0,
+                    progress=None, method: str = "auto", carry: bool = False) -> PolicyEstimate:
     """Expected figures of ``policy`` (a spec or :class:`fastspec.policies.DraftPolicy`) for ``draft`` (None: the dump's
     only draft) of a dense ``dump`` (path or open dump), by exact DP or Monte-Carlo (``method`` "auto": exact where
-    the policy allows).  ``sampling``: None (the dump's recorded settings), a SamplingParams or a mapping of some
-    of its settings.  ``trials`` (Monte-Carlo replays per sequence, 2 to 10**6) and ``seed`` key the draws.
+    the policy allows).  ``sampling``: None (the dump's recorded settings) or a SamplingParams; or single settings
+    one by one (``temperature=`` etc., the others the dump's).  ``trials`` (Monte-Carlo replays per sequence, 2 to
+    10**6) and ``seed`` key the draws.
     ``progress(n)``: positions read, then sequences replayed.  ``carry`` (hf with schedule=heuristic): replay the
     sequences as successive generate() calls of one assistant, the cap carried over (Monte-Carlo)."""
     from ..acceptance import resolve_sampling
@@ -362,7 +365,8 @@ def evaluate_policy(dump, draft: str | None, policy, *, sampling=None, trials: i
     policy = parse_policy(policy, name="policy")
     how = _method(policy, "mc" if _check_carry(policy, carry) else method)
     trials = check_trials(trials, high=MAX_POLICY_TRIALS)
-    overrides = sampling_overrides(sampling)
+    overrides = sampling_overrides(sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                                                               min_p=min_p))
     d, own = _open_dump(dump)
     try:
         if draft is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..config import MAX_K
 from ..errors import InvalidInput, InvalidType
+from ..params import SamplingParams
 from ..policies import DraftPolicy, parse_policy
 from .config import check_trials, sampling_overrides
 from .policy_eval import (DEFAULT_POLICY_TRIALS, MAX_POLICY_TRIALS, PolicyEstimate, _open_dump, check_policy_dump,
@@ -128,13 +129,15 @@ def _cost_of(costs):
 
 
 def search_policies(dump, draft: str | None, costs, *, grid=None, budget_s: float = 120.0, progress=None,
-                    sampling=None, trials: int = DEFAULT_POLICY_TRIALS, seed: int = 0,
+                    sampling: SamplingParams | None = None, temperature=None, top_k=None, top_p=None, min_p=None,
+                    trials: int = DEFAULT_POLICY_TRIALS, seed: int = 0,
                     include_hf_default: bool = True) -> PolicySearch:
     """Search ``grid`` (policy specs / Policies; None: :func:`default_grid`) for the largest predicted speed-up of
     ``draft`` (None: the dump's only draft) of a dense ``dump`` under ``costs`` (a :class:`fastspec.costs.CostTable`,
     its mapping or path, a StepCost, a simulator pricing; "dump": the dump's recorded table).  ``budget_s``: seconds
     of evaluation after the pass (> 0).  ``progress(done, total)`` after each point.  Monte-Carlo points (HF's
-    default) use ``trials`` replays per sequence keyed by ``seed``."""
+    default) use ``trials`` replays per sequence keyed by ``seed``.  ``sampling``: None (the dump's recorded
+    settings) or a SamplingParams; or single settings one by one (``temperature=`` etc.)."""
     from ..acceptance import resolve_sampling
 
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not (budget_s > 0 and
@@ -143,7 +146,8 @@ def search_policies(dump, draft: str | None, costs, *, grid=None, budget_s: floa
     if progress is not None and not callable(progress):
         raise InvalidType("progress must be a function (done, total) or None")
     trials = check_trials(trials, high=MAX_POLICY_TRIALS)
-    overrides = sampling_overrides(sampling)
+    overrides = sampling_overrides(sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                                                               min_p=min_p))
     given = None if grid is None else [parse_policy(g, name="grid") for g in grid]
     d, own = _open_dump(dump)
     try:
