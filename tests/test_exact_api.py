@@ -75,11 +75,11 @@ def test_method_errors_list_every_method(models):
     with pytest.raises(InvalidInput, match=r"'tree' is unknown.*'token'.*'block'.*'candidates'"):
         E.block_distribution(t, d, 1, method="tree")
     with pytest.raises(InvalidInput, match="candidate sampling 'beam'"):
-        E.block_distribution(t, d, 1, method="candidates", sampling="beam")
-    with pytest.raises(InvalidInput, match="widths and sampling apply to method='candidates' only"):
+        E.block_distribution(t, d, 1, method="candidates", candidate_sampling="beam")
+    with pytest.raises(InvalidInput, match="widths and candidate_sampling apply to method='candidates' only"):
         E.block_distribution(t, d, 1, method="block", widths=(2,))
-    with pytest.raises(InvalidInput, match="widths and sampling apply to method='candidates' only"):
-        E.sequence_distribution(t, d, 1, 2, sampling="iid")
+    with pytest.raises(InvalidInput, match="widths and candidate_sampling apply to method='candidates' only"):
+        E.sequence_distribution(t, d, 1, 2, candidate_sampling="iid")
     with pytest.raises(InvalidInput, match="token verification only"):
         E.sequence_distribution(t, d, 1, 2, method="candidates", rule="exact_match")
 
@@ -102,9 +102,9 @@ def test_method_errors_list_every_method(models):
         (lambda: E.audit_step(P3, Q3, E.get_rule("standard"), tau="0.3"), InvalidInput, "already built"),
         (lambda: E.block_distribution(const(P3), const(Q3), 2, method="block", rule=42), InvalidType,
          "rule must be"),
-        (lambda: E.candidate_step(P3, Q3, 2, sampling="deterministic", candidates=[0, 3]), InvalidInput,
+        (lambda: E.candidate_step(P3, Q3, 2, candidate_sampling="deterministic", candidates=[0, 3]), InvalidInput,
          r"candidates\[1\] = 3"),
-        (lambda: E.candidate_step(P3, Q3, 2, sampling="deterministic", candidates=[0.5]), InvalidInput,
+        (lambda: E.candidate_step(P3, Q3, 2, candidate_sampling="deterministic", candidates=[0.5]), InvalidInput,
          r"candidates\[0\] must be an integer"),
         (lambda: E.candidate_step(P3, Q3, True), InvalidInput, "w must be an integer >= 1"),
         (lambda: E.block_distribution(const(P3), const(Q3), 2, method="candidates", widths=2), InvalidType,
