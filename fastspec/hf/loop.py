@@ -1,4 +1,5 @@
-"""Decoding with real models: plain sampling, the speculative loop, and teacher-forced scoring.
+"""Decoding with real models: plain sampling and the speculative loop (teacher-forced scoring:
+:func:`fastspec.hf.teacher.teacher_forced_logits`).
 
 * :func:`generate` / :func:`timed_generate` -- plain autoregressive sampling (the reference the speculative
   loop is compared with, and the baseline of every measured speed-up).
@@ -9,7 +10,6 @@
   decides (it receives the raw float32 logits and applies the sampling parameters itself, identically to p
   and q; an n-gram proposal is one-hot, ``draft_logits=None``); the KV caches are rolled back to the accepted
   prefix.
-* :func:`teacher_forced_logits` -- one model's logits for every token of a given continuation.
 
 Tokens are drawn with :func:`fastspec.processing.sample_tokens` (inverse CDF in token order over the processed
 distribution, greedy = argmax), one uniform of ``np.random.default_rng(seed)`` per token.  Conventions match
@@ -43,7 +43,7 @@ from .args import as_token_ids, check_k, check_max_new_tokens, eos_set
 from .runner import KVRunner
 
 __all__ = ["generate", "timed_generate", "hf_generate", "GenerateResult", "speculative_generate", "SpecResult",
-           "teacher_forced_logits", "derive_seed", "as_ngram", "as_policy"]
+           "derive_seed", "as_ngram", "as_policy"]
 
 # rng.random() lies in [0, 1), sample_tokens takes (0, 1]: an exact 0 (probability 2**-53) becomes the smallest
 # positive double, which, like 0 in an inverse CDF, selects the first token of positive probability.
@@ -248,17 +248,6 @@ def hf_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=
     config = hf_generation_config(params, n_new, eos, **extra)
     tokens, first, total, _ = run_hf_generate(model, seq, config, seed)
     return GenerateResult(tokens, first, total, first_token_in_prefill=True)
-
-
-@torch.inference_mode()
-def teacher_forced_logits(model, prompt_ids, continuation) -> np.ndarray:
-    """float32 [T, V]: row t is the logits ``model`` gives for continuation token t given prompt + tokens < t
-    (one forward pass, no cache)."""
-    prompt = as_token_ids(prompt_ids, "prompt_ids")
-    cont = [int(t) for t in np.asarray(continuation).reshape(-1)]
-    if not cont:
-        raise InvalidInput("continuation is empty")
-    return KVRunner(model, use_cache=False).logits(prompt + cont[:-1], len(cont))
 
 
 @dataclass
