@@ -20,50 +20,14 @@ Kinds
 * ``hf[:k=20,schedule=constant,theta=0.4,tune=roc]`` -- Hugging Face's assisted generation (below); bare ``hf`` is
   transformers 5.24.0's defaults.  ``theta=0`` switches the confidence stop (and its tuning) off, as in HF.
 
-Hugging Face's assisted generation, as transformers 5.24.0 implements it (read in its source)
----------------------------------------------------------------------------------------------
-* Defaults (``configuration_utils.py``: ``GenerationConfig._get_default_generation_params``):
-  ``num_assistant_tokens=20``, ``num_assistant_tokens_schedule="constant"``,
-  ``assistant_confidence_threshold=0.4``.  They are read from the **assistant model's** ``generation_config``
-  (``candidate_generator.py``: ``AssistedCandidateGenerator.__init__`` deep-copies
-  ``assistant_model.generation_config`` and fills unset values with those defaults), not from ``generate()``'s
-  keyword arguments: set ``draft.generation_config.num_assistant_tokens`` etc. to change them.
-* Schedules (``AssistedCandidateGenerator.update_candidate_strategy``): ``heuristic`` and ``heuristic_transient``
-  set ``num_assistant_tokens += 2`` when ``num_matches == len(scores[0]) - 1`` (every draft of the step accepted;
-  also on a step that drafted nothing) and ``max(1, num_assistant_tokens - 1)`` otherwise; ``constant`` keeps it.
-  Persistence across ``generate()`` calls (``utils.py``: end of ``_assisted_decoding``): only when
-  ``assistant_model.generation_config.num_assistant_tokens_schedule == "heuristic"`` is the final value written back
-  to ``assistant_model.generation_config.num_assistant_tokens``; ``heuristic_transient`` and ``constant`` restart
-  from the configured value.  :meth:`DraftPolicy.start` with the previous call's state carries it over the same way.
-* Confidence stop (``stopping_criteria.py``: ``ConfidenceCriteria``; installed by ``utils.py``:
-  ``_get_stopping_criteria`` when ``is_assistant`` and the threshold is > 0): after each assistant token,
-  ``softmax(scores[-1])[token] < threshold`` stops drafting; the token is kept.  ``scores`` are the assistant's
-  *processed* scores (the target's logits processors and warpers), so this is the processed q of the drafted
-  token: ``on=token``.  Under greedy decoding no warpers run, so it is the softmax of the unwarped logits (at
-  temperature 1) of the argmax token, not a one-hot 1 (the simulator replays it so; a loop that passes the
-  processed one-hot q never stops).
-* Threshold tuning (``update_candidate_strategy``, lists created in ``__init__``): only when scikit-learn is
-  importable (``is_sklearn_available()``; it is not installed in fastspec's own environment, where HF never tunes)
-  and the current threshold is non-zero.  The drafted tokens' processed probabilities are appended to ``probs``
-  (``_generate_candidates``), ``matches`` gets ``[1] * num_matches`` and, if ``probs`` is longer, one 0 (the
-  rejected draft); ``probs`` is cut to the length of ``matches`` (drafts after the first rejection are dropped).
-  With more than 5 entries and both labels present, the threshold becomes ``thresholds[argmin(fpr + 3 fnr)]`` of
-  ``roc_curve(matches, probs)`` (:func:`fastspec.policies.hf_roc_threshold`).  The tuned value is written to
-  the candidate generator's *deep copies* of the configs only, so it does **not** persist across ``generate()``
-  calls (the GenerationConfig docstring says it does; the code does not), nor do ``probs`` / ``matches``.
-* Draft count cap (``_calculate_new_tokens``): ``min(num_assistant_tokens, max_length - cur_len - 1)``; when
-  that is 0 the step is a plain target step (``get_candidates`` returns no logits) and the strategy is still
-  updated with ``num_matches = 0`` (heuristic: +2).  The first target forward (prefill) already verifies drafts:
-  speculation starts at the first generated token.
-* Sampling (``utils.py``: ``_assisted_decoding``, ``_speculative_sampling``): the assistant runs ``generate`` with
-  a copy of the *target's* generation config and logits processors, so under ``do_sample=True`` it **samples**
-  from its processed distribution q, and verification accepts with ``r <= p_i / q_i`` using q = softmax of the
-  assistant's processed scores and p = the target's processed distribution, residual ``clamp(p - q, 0)``
-  normalized (exact speculative sampling).  Under ``do_sample=False`` the assistant takes its argmax and drafts
-  are accepted while they equal the target's argmax.  ``num_matches`` counts accepted drafts after the output is
-  cut at the first EOS (and at the token budget).
-* Assistant EOS: the assistant also stops drafting at EOS; a replay along a recorded trajectory never drafts past
-  its end, so this is not modelled.
+The ``hf`` kind replays transformers 5.24.0's assisted generation: the adaptive settings are the assistant's
+``generation_config`` (:meth:`DraftPolicy.hf_generation_config`); the schedules change the cap after each verify
+step (``heuristic`` and ``heuristic_transient``: +2 when every draft was accepted, else -1, at least 1; only
+``heuristic`` carries the cap over to the next ``generate()`` call, :meth:`DraftPolicy.start` with the previous
+state); the confidence stop reads the processed q of the drafted token (``on=token``); ``tune=roc`` re-tunes the
+threshold with :func:`hf_roc_threshold`, as HF does only when scikit-learn is importable (:func:`sklearn_available`),
+and the tuned value does not persist across calls.  Each of these facts, with its place in transformers' source:
+docs/engines/transformers.md.
 
 :class:`PolicyState` (``DraftPolicy.start()``) is the online interface: ``budget()`` before a step, ``keep_drafting(j,
 q_token, q_max)`` after drafting token j, ``update(n_drafted, n_accepted, drafted_q)`` after verification (HF's
@@ -207,7 +171,7 @@ class StopState(PolicyState):
 
 class HFState(PolicyState):
     """transformers 5.24.0's AssistedCandidateGenerator state: ``num_assistant_tokens``, the confidence threshold and
-    (tuning) the ``probs`` / ``matches`` lists (``fastspec.policies`` module docstring)."""
+    (tuning) the ``probs`` / ``matches`` lists (docs/engines/transformers.md)."""
 
     def __init__(self, policy, num_assistant_tokens: int):
         self.policy = policy
@@ -364,7 +328,7 @@ class DraftPolicy:
     def start(self, previous: "PolicyState | None" = None) -> PolicyState:
         """A fresh online state for one sequence (one ``generate()`` call).  ``previous``: the state at the end of
         the previous call with the same draft; only hf with ``schedule=heuristic`` carries anything over (HF's
-        ``num_assistant_tokens``, see the module docstring)."""
+        ``num_assistant_tokens``, docs/engines/transformers.md)."""
         if previous is not None and not isinstance(previous, PolicyState):
             raise InvalidType(f"previous must be a PolicyState or None, got {type(previous).__name__}")
         if self.kind == "fixed":
