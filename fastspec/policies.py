@@ -36,13 +36,14 @@ q_token, q_max)`` after drafting token j, ``update(n_drafted, n_accepted, drafte
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from .config import MAX_K
-from .errors import InvalidInput, InvalidType
+from .errors import InvalidInput, InvalidType, shown
 
 __all__ = ["DraftPolicy", "PolicyState", "parse_policy", "parse_policies", "POLICY_GRAMMAR", "HF_DEFAULTS", "SCHEDULES",
            "roc_curve", "hf_roc_threshold", "sklearn_available", "FixedState", "StopState", "HFState"]
@@ -226,9 +227,12 @@ POLICY_GRAMMAR = ("fixed:k=K | conf:theta=T,kmax=K[,on=token|max] | specdec:h=H,
 
 _FIELDS = {"fixed": ("k",), "conf": ("theta", "kmax", "on"), "specdec": ("h", "kmax", "on"),
            "hf": ("k", "schedule", "theta", "tune")}
-_DEFAULTS = {"fixed": {}, "conf": {"kmax": 8, "on": "token"}, "specdec": {"kmax": 8, "on": "token"},
+_DEFAULTS = {"fixed": {}, "conf": {"on": "token"}, "specdec": {"on": "token"},
              "hf": {"k": 20, "schedule": "constant", "theta": 0.4, "tune": "roc"}}
-_REQUIRED = {"fixed": ("k",), "conf": ("theta",), "specdec": ("h",), "hf": ()}
+_REQUIRED = {"fixed": ("k",), "conf": ("theta", "kmax"), "specdec": ("h", "kmax"), "hf": ()}
+#: the fields that name one of a few words, and those words
+_CHOICES = {"on": ("token", "max"), "schedule": SCHEDULES, "tune": ("roc", "off")}
+_ALL_FIELDS = tuple(dict.fromkeys(f for fields in _FIELDS.values() for f in fields))
 
 
 def sklearn_available() -> bool:
@@ -245,6 +249,60 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _range_text(kind: str, key: str) -> str:
+    if key in ("k", "kmax"):
+        return f"an integer in [1, {MAX_K}] (drafts per step)"
+    return "in [0, 1) (0 switches it off)" if (kind, key) == ("hf", "theta") else "in (0, 1)"
+
+
+def _field_value(kind: str, key: str, v):
+    """One field of a DraftPolicy built directly, checked as :func:`parse_policy` checks it (InvalidType /
+    InvalidInput naming the field)."""
+    if key in ("k", "kmax"):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+            raise InvalidType(f"{key} = {shown(v)} must be {_range_text(kind, key)}", argument=key)
+        if not 1 <= v <= MAX_K:
+            raise InvalidInput(f"{key} = {int(v)} must be {_range_text(kind, key)}", argument=key)
+        return int(v)
+    if key in ("theta", "h"):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            raise InvalidType(f"{key} = {shown(v)} must be a number {_range_text(kind, key)}", argument=key)
+        f = float(v)
+        zero_ok = (kind, key) == ("hf", "theta")
+        if not (math.isfinite(f) and (f >= 0.0 and math.copysign(1.0, f) > 0 if zero_ok else f > 0.0) and f < 1.0):
+            raise InvalidInput(f"{key} = {_fmt(f)} must be {_range_text(kind, key)}", argument=key)
+        return f
+    choices = _CHOICES[key]
+    if not isinstance(v, str) or v not in choices:
+        raise InvalidInput(f"{key} = {shown(v)} must be {' or '.join(choices)}", argument=key)
+    return v
+
+
+def _check_fields(policy) -> None:
+    """What :func:`parse_policy` enforces, for a DraftPolicy built directly: a known kind, its required fields,
+    no field of another kind, every value in its range (defaults filled in as the grammar gives them)."""
+    kind = policy.kind
+    if not isinstance(kind, str):
+        raise InvalidType(f"kind must be a policy kind ({', '.join(KINDS)}), got {type(kind).__name__}",
+                          argument="kind")
+    if kind not in KINDS:
+        raise InvalidInput(f"kind = {shown(kind)} is unknown (known: {', '.join(KINDS)})", argument="kind")
+    own = _FIELDS[kind]
+    for key in _ALL_FIELDS:
+        v = getattr(policy, key)
+        if key not in own:
+            if v is not None:
+                raise InvalidInput(f"{key} = {shown(v)}: {kind} has no field {key!r} (its fields: {', '.join(own)})",
+                                   argument=key)
+            continue
+        if v is None:
+            if key not in _DEFAULTS[kind]:
+                raise InvalidInput(f"{kind} needs {key} ({key}={'T' if key in ('theta', 'h') else 'K'}: "
+                                   f"{_range_text(kind, key)})", argument=key)
+            v = _DEFAULTS[kind][key]
+        object.__setattr__(policy, key, _field_value(kind, key, v))
+
+
 @dataclass(frozen=True)
 class DraftPolicy:
     """A draft-length policy (module docstring).  Build it with :func:`parse_policy`."""
@@ -257,6 +315,9 @@ class DraftPolicy:
     h: float | None = None        # specdec: stop when 1 - prod a_j >= h
     schedule: str | None = None   # hf
     tune: str | None = None       # hf: "roc" or "off"
+
+    def __post_init__(self):
+        _check_fields(self)
 
     @property
     def name(self) -> str:
@@ -368,7 +429,7 @@ def _prob_field(label, spec, key, v, *, zero_ok=False) -> float:
         f = float(v)
     except ValueError:
         raise _bad(label, spec, f"{key}={v} is not a number") from None
-    lo_ok = f >= 0.0 if zero_ok else f > 0.0
+    lo_ok = f >= 0.0 and math.copysign(1.0, f) > 0 if zero_ok else f > 0.0  # -0 is not the "off" 0
     if not (math.isfinite(f) and lo_ok and f < 1.0):
         rng = "[0, 1) (0 switches it off)" if zero_ok else "(0, 1)"
         raise _bad(label, spec, f"{key}={v} must be in {rng}")
@@ -386,6 +447,9 @@ def parse_policy(spec, *, name: str = "--policy") -> DraftPolicy:
     if not m or m.group(1) not in KINDS:
         raise _bad(name, spec, f"unknown policy kind (known: {', '.join(KINDS)})", True)
     kind, body = m.group(1), (m.group(2) or "")
+    rest = spec.strip()[len(kind):].strip()
+    if rest.startswith("(") != rest.endswith(")") or "(" in rest[1:] or ")" in rest[:-1]:
+        raise _bad(name, spec, "unbalanced parentheses", True)
     vals = dict(_DEFAULTS[kind])
     seen = set()
     for item in filter(None, (x.strip() for x in body.split(","))):
@@ -398,9 +462,6 @@ def parse_policy(spec, *, name: str = "--policy") -> DraftPolicy:
             raise _bad(name, spec, f"{key} is given twice")
         seen.add(key)
         vals[key] = v
-    missing = [f for f in _REQUIRED[kind] if f not in seen]
-    if missing:
-        raise _bad(name, spec, f"{kind} needs {', '.join(missing)}")
     out = {}
     for key, v in vals.items():
         if key in ("k", "kmax"):
@@ -419,6 +480,9 @@ def parse_policy(spec, *, name: str = "--policy") -> DraftPolicy:
             if v not in ("roc", "off"):
                 raise _bad(name, spec, f"tune={v} must be roc or off")
             out[key] = v
+    missing = [f for f in _REQUIRED[kind] if f not in seen]  # after the values: a bad value is named first
+    if missing:
+        raise _bad(name, spec, f"{kind} needs {', '.join(missing)}")
     return DraftPolicy(kind, **out)
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from .._kernels.codes import RULE_FIXED, RULE_SPECDEC, RULE_THRESHOLD
 from .._kernels.policy import N_P, P_ACCEPTED, P_DRAFTED, P_STEPS, policy_dp, policy_mc
+from .._numba.rng import seed_bits
 from ..errors import InvalidInput, InvalidType
 from ..params import SamplingParams
 from ..policies import DraftPolicy, parse_policy
@@ -365,6 +366,7 @@ def evaluate_policy(dump, draft: str | None, policy, *, sampling: SamplingParams
     policy = parse_policy(policy, name="policy")
     how = _method(policy, "mc" if _check_carry(policy, carry) else method)
     trials = check_trials(trials, high=MAX_POLICY_TRIALS)
+    seed_bits(seed)  # the typed check the verify functions use: an integer in [-2**63, 2**64)
     overrides = sampling_overrides(sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p,
                                                                min_p=min_p))
     d, own = _open_dump(dump)

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..config import MAX_K
+from .._numba.rng import seed_bits
 from ..errors import InvalidInput, InvalidType
 from ..params import SamplingParams
 from ..policies import DraftPolicy, parse_policy
@@ -146,6 +147,7 @@ def search_policies(dump, draft: str | None, costs, *, grid=None, budget_s: floa
     if progress is not None and not callable(progress):
         raise InvalidType("progress must be a function (done, total) or None")
     trials = check_trials(trials, high=MAX_POLICY_TRIALS)
+    seed_bits(seed)  # the typed check the verify functions use: an integer in [-2**63, 2**64)
     overrides = sampling_overrides(sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p,
                                                                min_p=min_p))
     given = None if grid is None else [parse_policy(g, name="grid") for g in grid]
