@@ -78,7 +78,7 @@ def main() -> None:
             before["sample"] += time.perf_counter() - c0
             for name, m in roles.items():
                 c0 = time.perf_counter()
-                hf.teacher_forced_logits(m, p, cont).astype(np.float16)
+                hf.teacher_forced_logits(m, p, cont, cached=False).astype(np.float16)
                 before[name] += time.perf_counter() - c0
             c0 = time.perf_counter()
             out = os.path.join(tmp, f"d{i}.npz")

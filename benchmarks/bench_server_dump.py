@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from fastspec.engines.vllm.runner import serve
+from fastspec.params import SamplingParams
 from fastspec.server_dump import dump_from_servers
 
 
@@ -44,8 +45,8 @@ def main() -> None:
                progress=lambda msg: print(msg, file=sys.stderr)) as urls:
         t0 = time.perf_counter()
         dump_from_servers(os.path.join(work, "server.npz"), urls["target"], {"d": urls["draft"]}, prompts,
-                          max_new_tokens=a.max_new_tokens, ignore_eos=True, sampling={"temperature": 1.0}, seed=0,
-                          top_logprobs=20, concurrency=a.concurrency, timeout=600)
+                          max_new_tokens=a.max_new_tokens, ignore_eos=True, sampling=SamplingParams(temperature=1.0),
+                          seed=0, top_logprobs=20, concurrency=a.concurrency, timeout=600)
         server_s = time.perf_counter() - t0
     print(f"server dump: {a.prompts} prompts x {a.max_new_tokens} tokens in {server_s:.1f} s = "
           f"{tokens / server_s:.1f} tokens/s")

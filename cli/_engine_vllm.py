@@ -45,7 +45,7 @@ def _ci(lo_hi) -> str:
 def _render(res) -> None:
     out = stdout_console()
     s = res.sampling
-    t = Table(title=f"fastspec measure --engine vllm (vLLM {res.engine_version}; T={s['temperature']:g}; "
+    t = Table(title=f"fastspec measure --engine vllm (vLLM {res.engine_version}; T={s.temperature:g}; "
                     f"{res.prompts} prompts x {res.max_new_tokens} tokens, one request at a time)",
               title_justify="left")
     for c in ("draft", "k", "vLLM tokens/step [95% CI]", "predicted [95% CI]", "difference [95% CI]",

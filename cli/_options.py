@@ -43,7 +43,7 @@ def policy_option(help: str = POLICY_HELP):
 
 
 def parse_policy_options(specs, flag: str = "--policy") -> list:
-    """The --policy values as :class:`fastspec.policies.Policy` (each once), checked before any work; a bad one is
+    """The --policy values as :class:`fastspec.policies.DraftPolicy` (each once), checked before any work; a bad one is
     one line naming the flag and why (exit 2)."""
     from fastspec.errors import InvalidType
     from fastspec.policies import parse_policy

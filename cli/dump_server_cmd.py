@@ -87,6 +87,7 @@ def dump_server_command(
     """Sample continuations on the target server, score them teacher-forced on every server, write a sparse dump
     (resumable: rerun the same command after an interruption)."""
     from fastspec.io.servers import check_timeout, check_url
+    from fastspec.params import SamplingParams
     from fastspec.server_dump import dump_from_servers, staging_dir
 
     if engine not in ("vllm", "sglang"):
@@ -139,7 +140,8 @@ def dump_server_command(
         with warnings.catch_warnings(record=True) as caught, sigterm_as_interrupt():
             warnings.simplefilter("always")
             res = dump_from_servers(out, target, drafts, ids, max_new_tokens=max_new_tokens, ignore_eos=ignore_eos,
-                                    sampling=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+                                    sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
+                                                            min_p=min_p),
                                     seed=seed, top_logprobs=top_logprobs, engine=engine,
                                     logprobs_mode=logprobs_mode, tight=tight, concurrency=concurrency,
                                     timeout=timeout, retries=retries, progress=advance, models=models)

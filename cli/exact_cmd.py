@@ -17,7 +17,7 @@ from ._app import app
 _P_HELP = "Target distribution p, comma-separated (decimals are exact: 0.1 means 1/10; 1/3 also works)."
 _Q_HELP = "Draft distribution q, comma-separated, same length as p."
 _NORMALIZE_HELP = "Divide p and q by their sums instead of requiring sum 1."
-_TYPICAL_DEFAULTS = E.policy_parameters("typical_acceptance")
+_TYPICAL_DEFAULTS = E.rule_parameters("typical_acceptance")
 #: the policies' parameters as this command names them: parameter -> (flag, what it is)
 _PARAMS = {
     "tau": ("--tau", "the draft-probability threshold below which a drafted candidate is dropped"),
@@ -69,17 +69,19 @@ def _pair(p: str, q: str, normalize: bool):
 
 def _policy(name: str, given: dict):
     """The policy ``name`` with the parameters given on the command line (None: not given)."""
-    takes = E.policy_parameters(name)  # InvalidInput / InvalidType: one line, exit 2
+    if name not in E.RULES:
+        raise FlagError(f"unknown policy {name!r}; choose one of: {', '.join(E.RULES)}")
+    takes = E.rule_parameters(name)
     for param, value in given.items():
         flag, what = _PARAMS[param]
         if value is not None and param not in takes:
-            takers = [n for n in E.POLICIES if param in E.policy_parameters(n)]
+            takers = [n for n in E.RULES if param in E.rule_parameters(n)]
             raise FlagError(f"{flag} does not apply to policy {name!r}; it is for: {', '.join(takers)}")
         if value is None and param in takes and takes[param] is None:
             raise FlagError(f"policy {name!r} needs {flag}, {what}; e.g. {flag} 0.3")
     values = {param: _number(v, _PARAMS[param][0]) for param, v in given.items() if v is not None}
     try:
-        return E.get_policy(name, **values)
+        return E.get_rule(name, **values)
     except (InvalidInput, InvalidType) as exc:
         flags = " ".join(f"{_PARAMS[param][0]} {given[param]}" for param in values)
         raise FlagError(f"{flags}: {exc}") from None
@@ -125,7 +127,7 @@ def exact_command(
 
 @app.command("audit")
 def audit_command(
-    policy: str = typer.Option("standard", "--policy", help="Verification policy: " + ", ".join(E.POLICIES) + "."),
+    policy: str = typer.Option("standard", "--policy", help="Verification policy: " + ", ".join(E.RULES) + "."),
     p: str = typer.Option(..., "--p", help=_P_HELP),
     q: str = typer.Option(..., "--q", help=_Q_HELP),
     tau: Optional[str] = typer.Option(None, "--tau", help="prune_* policies (required there): draft-probability "
@@ -143,12 +145,12 @@ def audit_command(
     res = E.audit_step(pd, qd, pol)
     if as_json:
         print_json({
-            "policy": res.policy, "params": dict(pol.params), "p": res.p, "q": res.q, "output": res.output,
+            "policy": res.rule, "params": dict(pol.params), "p": res.p, "q": res.q, "output": res.output,
             "acceptance": res.acceptance, "total_variation": res.total_variation, "exact": res.exact,
             "claims_exact": pol.claims_exact,
         })
         return
-    table = Table(title=f"Policy audit: {res.policy}", title_justify="left", caption=pol.description)
+    table = Table(title=f"Policy audit: {res.rule}", title_justify="left", caption=pol.description)
     for col in ("token", "p (target)", "q (draft)", "output", "output - p"):
         table.add_column(col, justify="right")
     for i in range(len(res.p)):

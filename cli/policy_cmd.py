@@ -113,7 +113,7 @@ def policy_search_command(
         start()
     try:
         res = search_policies(dump, draft, table if table is not None else "dump", budget_s=budget_s,
-                              progress=progress, sampling=given or None, trials=trials, seed=seed)
+                              progress=progress, trials=trials, seed=seed, **given)
     finally:
         if stop is not None:
             stop()

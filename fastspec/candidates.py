@@ -160,7 +160,7 @@ def _validate_tree(tree_tokens, parent, first_child, next_sibling, num_nodes, B,
     return np.where(inside, toks, 0), fc, ns, depth
 
 
-def _check_siblings(toks, fc, ns, pd, sampling):
+def _check_siblings(toks, fc, ns, pd, candidate_sampling):
     """Distinct siblings (without replacement, deterministic) and q(x) > 0 under the parent's draft."""
     B, N = toks.shape
     for b in range(B):
@@ -169,55 +169,58 @@ def _check_siblings(toks, fc, ns, pd, sampling):
             seen = set()
             while c >= 0:
                 x = int(toks[b, c])
-                if sampling != "iid" and x in seen:
-                    raise InvalidInput(f"tree_tokens[{b}, {c}] = {x} repeats a sibling's token: with sampling "
-                                       f"{sampling!r} the children of a node must be distinct")
+                if candidate_sampling != "iid" and x in seen:
+                    raise InvalidInput(f"tree_tokens[{b}, {c}] = {x} repeats a sibling's token: with "
+                                       f"candidate_sampling {candidate_sampling!r} the children of a node must be "
+                                       "distinct")
                 seen.add(x)
-                if sampling != "deterministic" and not pd[b, n, x] > 0:
+                if candidate_sampling != "deterministic" and not pd[b, n, x] > 0:
                     raise InvalidInput(f"tree_tokens[{b}, {c}] = {x} has draft probability 0 under "
                                        f"draft_probs[{b}, {n}] (its parent): a candidate must have been drawn from "
-                                       "the draft distribution (use sampling='deterministic' for point masses)")
+                                       "the draft distribution (use candidate_sampling='deterministic' for point "
+                                       "masses)")
                 c = ns[b, c]
 
 
 def verify_tree_probs(target_probs, draft_probs, tree_tokens, *, parent=None, first_child=None, next_sibling=None,
-                      num_nodes=None, sampling="iid", seed=0) -> TreeVerifyResult:
+                      num_nodes=None, candidate_sampling="iid", seed=0) -> TreeVerifyResult:
     """Verify a batch of token trees from processed probabilities (see the module docstring).
 
-    target_probs: [B, N, V]; draft_probs: [B, N, V], or None with ``sampling="deterministic"``;
+    target_probs: [B, N, V]; draft_probs: [B, N, V], or None with ``candidate_sampling="deterministic"``;
     tree_tokens: int [B, N]; the tree as ``parent`` [B, N] or ``first_child`` and ``next_sibling`` [B, N];
     num_nodes: int [B] for ragged trees; seed: scalar or int64 [B].  A chain (``parent[n] = n - 1``) with
-    ``sampling="iid"`` is token verification; w candidates per position are a tree whose nodes have w children.
+    ``candidate_sampling="iid"`` is token verification; w candidates per position are a tree whose nodes have w
+    children.
     """
-    sampling = check_candidate_sampling(sampling)
+    candidate_sampling = check_candidate_sampling(candidate_sampling)
     pt = validate_probs("target_probs", target_probs, 3)
     B, N, V = pt.shape
     if N < 1:
         raise InvalidInput(f"target_probs must have at least the root node, got shape {list(pt.shape)}")
     if draft_probs is None:
-        if sampling != "deterministic":
-            raise InvalidInput(f"draft_probs is needed with sampling={sampling!r}; pass sampling='deterministic' "
-                               "for point-mass candidates")
+        if candidate_sampling != "deterministic":
+            raise InvalidInput(f"draft_probs is needed with candidate_sampling={candidate_sampling!r}; pass "
+                               "candidate_sampling='deterministic' for point-mass candidates")
         pd = np.zeros((B, N, 1))
     else:
         pd = validate_probs("draft_probs", draft_probs, 3)
         if pd.shape != (B, N, V):
             raise InvalidInput(f"draft_probs must have shape [B, N, V] = [{B}, {N}, {V}], got {list(pd.shape)}")
     toks, fc, ns, depth = _validate_tree(tree_tokens, parent, first_child, next_sibling, num_nodes, B, N, V)
-    _check_siblings(toks, fc, ns, pd, sampling)
+    _check_siblings(toks, fc, ns, pd, candidate_sampling)
     seeds = row_seeds(seed, B)
     D = int(depth.max()) if B else 0
     out = np.full((B, D + 1), PAD, dtype=np.int64)
     path = np.full((B, D + 1), NONE, dtype=np.int64)
     stats = np.zeros((B, 2), dtype=np.int64)
     if B:
-        K.tree_rows(pt, pd, CANDIDATE_CODES[sampling], toks, fc, ns, seeds, out, path, stats)
+        K.tree_rows(pt, pd, CANDIDATE_CODES[candidate_sampling], toks, fc, ns, seeds, out, path, stats)
     acc = stats[:, K.DEPTH].copy()
     return TreeVerifyResult(out, path, acc, acc + 1, stats[:, K.UNDERFLOWS].copy())
 
 
 def verify_tree_logits(target_logits, draft_logits, tree_tokens, *, parent=None, first_child=None,
-                       next_sibling=None, num_nodes=None, sampling="iid", temperature=1.0, top_k=0, top_p=1.0,
+                       next_sibling=None, num_nodes=None, candidate_sampling="iid", temperature=1.0, top_k=0, top_p=1.0,
                        min_p=0.0, seed=0) -> TreeVerifyResult:
     """:func:`verify_tree_probs` from raw logits [B, N, V]: both models processed with the same sampling
     parameters (``fastspec.probabilities``; one per row or scalars), then verified.  Materializes float64
@@ -235,7 +238,7 @@ def verify_tree_logits(target_logits, draft_logits, tree_tokens, *, parent=None,
                                f"got {list(xd.shape)}")
         pd = probabilities(xd, **per_node)
     return verify_tree_probs(pt, pd, tree_tokens, parent=parent, first_child=first_child, next_sibling=next_sibling,
-                             num_nodes=num_nodes, sampling=sampling, seed=seed)
+                             num_nodes=num_nodes, candidate_sampling=candidate_sampling, seed=seed)
 
 
 def _candidate_width(w) -> int:
@@ -246,7 +249,7 @@ def _candidate_width(w) -> int:
     return int(w)
 
 
-def candidate_acceptance(p, q, w, *, sampling="iid", draft_logits=None):
+def candidate_acceptance(p, q, w, *, candidate_sampling="iid", draft_logits=None):
     """Probability beta(w) that one of ``w`` candidates is accepted, per row of p, q [R, V] (probabilities).
 
     "iid": O(V w) closed form 1 - prod_s (1 - a_s), where a_s = sum_v min(r_s, q) and r_{s+1} is the normalized
@@ -254,7 +257,7 @@ def candidate_acceptance(p, q, w, *, sampling="iid", draft_logits=None):
     mass of the candidate set, the w largest ``draft_logits`` (default: largest q), lowest id on ties.
     "without_replacement" depends on which candidates were drawn and is not computed here (InvalidInput).
     p and q are validated like :func:`verify_probs`'s (finite, non-negative, rows summing to 1)."""
-    sampling = check_candidate_sampling(sampling, ("iid", "deterministic"),
+    candidate_sampling = check_candidate_sampling(candidate_sampling, ("iid", "deterministic"),
                                         why=" (without replacement, the residual depends on which candidates were "
                                             "drawn)")
     w = _candidate_width(w)
@@ -262,7 +265,7 @@ def candidate_acceptance(p, q, w, *, sampling="iid", draft_logits=None):
     q = validate_probs("q", q, 2)
     if p.shape != q.shape:
         raise InvalidInput(f"p {list(p.shape)} and q {list(q.shape)} must have the same shape [R, V]")
-    if sampling == "iid":
+    if candidate_sampling == "iid":
         out = np.empty(p.shape[0])
         if p.shape[0]:
             K.beta_iid(p, q, w, out)

@@ -12,7 +12,7 @@ VERIFICATION_METHODS = {
     "block": "block verification (Sun et al. 2024, arXiv 2403.10444): judges the drafted block jointly",
 }
 
-#: name -> how the candidates of a tree node were proposed (``verify_tree_probs(sampling=...)``); the
+#: name -> how the candidates of a tree node were proposed (``verify_tree_probs(candidate_sampling=...)``); the
 #: kernels' integer codes are fastspec._kernels.codes.CANDIDATE_CODES
 CANDIDATE_SAMPLING = {
     "iid": "drawn i.i.d. from the node's draft distribution (SpecInfer)",
@@ -32,11 +32,12 @@ def check_method(method, allowed=None, *, name: str = "method") -> str:
     return method
 
 
-def check_candidate_sampling(sampling, allowed=None, *, why: str = "") -> str:
-    """``sampling`` if it names a candidate-sampling scheme (of ``allowed``, default all), else InvalidInput."""
+def check_candidate_sampling(candidate_sampling, allowed=None, *, why: str = "") -> str:
+    """``candidate_sampling`` if it names a candidate-sampling scheme (of ``allowed``, default all), else
+    InvalidInput."""
     names = tuple(allowed or CANDIDATE_SAMPLING)
-    if not isinstance(sampling, str) or sampling not in names:
-        raise InvalidInput(f"candidate sampling {sampling!r} is not supported here; choose one of: "
+    if not isinstance(candidate_sampling, str) or candidate_sampling not in names:
+        raise InvalidInput(f"candidate sampling {candidate_sampling!r} is not supported here; choose one of: "
                            f"{', '.join(names)}{why}")
-    return sampling
+    return candidate_sampling
 

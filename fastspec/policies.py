@@ -1,6 +1,6 @@
 """Draft-length policies: how many tokens a speculative step drafts, decided online from the draft's own probabilities.
 
-One :class:`Policy` (:func:`parse_policy` reads :data:`POLICY_GRAMMAR`) serves both the real loop
+One :class:`DraftPolicy` (:func:`parse_policy` reads :data:`POLICY_GRAMMAR`) serves both the real loop
 (``fastspec.hf.loop``, through the online :class:`PolicyState`) and the simulator
 (:func:`fastspec.simulation.policy_eval.evaluate_policy`).  Every decision reads only tokens already drafted and
 their probabilities, never a later one, so verification with min(1, p/q) and the normalized residual stays exact.
@@ -20,67 +20,32 @@ Kinds
 * ``hf[:k=20,schedule=constant,theta=0.4,tune=roc]`` -- Hugging Face's assisted generation (below); bare ``hf`` is
   transformers 5.24.0's defaults.  ``theta=0`` switches the confidence stop (and its tuning) off, as in HF.
 
-Hugging Face's assisted generation, as transformers 5.24.0 implements it (read in its source)
----------------------------------------------------------------------------------------------
-* Defaults (``configuration_utils.py``: ``GenerationConfig._get_default_generation_params``):
-  ``num_assistant_tokens=20``, ``num_assistant_tokens_schedule="constant"``,
-  ``assistant_confidence_threshold=0.4``.  They are read from the **assistant model's** ``generation_config``
-  (``candidate_generator.py``: ``AssistedCandidateGenerator.__init__`` deep-copies
-  ``assistant_model.generation_config`` and fills unset values with those defaults), not from ``generate()``'s
-  keyword arguments: set ``draft.generation_config.num_assistant_tokens`` etc. to change them.
-* Schedules (``AssistedCandidateGenerator.update_candidate_strategy``): ``heuristic`` and ``heuristic_transient``
-  set ``num_assistant_tokens += 2`` when ``num_matches == len(scores[0]) - 1`` (every draft of the step accepted;
-  also on a step that drafted nothing) and ``max(1, num_assistant_tokens - 1)`` otherwise; ``constant`` keeps it.
-  Persistence across ``generate()`` calls (``utils.py``: end of ``_assisted_decoding``): only when
-  ``assistant_model.generation_config.num_assistant_tokens_schedule == "heuristic"`` is the final value written back
-  to ``assistant_model.generation_config.num_assistant_tokens``; ``heuristic_transient`` and ``constant`` restart
-  from the configured value.  :meth:`Policy.start` with the previous call's state carries it over the same way.
-* Confidence stop (``stopping_criteria.py``: ``ConfidenceCriteria``; installed by ``utils.py``:
-  ``_get_stopping_criteria`` when ``is_assistant`` and the threshold is > 0): after each assistant token,
-  ``softmax(scores[-1])[token] < threshold`` stops drafting; the token is kept.  ``scores`` are the assistant's
-  *processed* scores (the target's logits processors and warpers), so this is the processed q of the drafted
-  token: ``on=token``.  Under greedy decoding no warpers run, so it is the softmax of the unwarped logits (at
-  temperature 1) of the argmax token, not a one-hot 1 (the simulator replays it so; a loop that passes the
-  processed one-hot q never stops).
-* Threshold tuning (``update_candidate_strategy``, lists created in ``__init__``): only when scikit-learn is
-  importable (``is_sklearn_available()``; it is not installed in fastspec's own environment, where HF never tunes)
-  and the current threshold is non-zero.  The drafted tokens' processed probabilities are appended to ``probs``
-  (``_generate_candidates``), ``matches`` gets ``[1] * num_matches`` and, if ``probs`` is longer, one 0 (the
-  rejected draft); ``probs`` is cut to the length of ``matches`` (drafts after the first rejection are dropped).
-  With more than 5 entries and both labels present, the threshold becomes ``thresholds[argmin(fpr + 3 fnr)]`` of
-  ``roc_curve(matches, probs)`` (:func:`fastspec.policies.hf_roc_threshold`).  The tuned value is written to
-  the candidate generator's *deep copies* of the configs only, so it does **not** persist across ``generate()``
-  calls (the GenerationConfig docstring says it does; the code does not), nor do ``probs`` / ``matches``.
-* Draft count cap (``_calculate_new_tokens``): ``min(num_assistant_tokens, max_length - cur_len - 1)``; when
-  that is 0 the step is a plain target step (``get_candidates`` returns no logits) and the strategy is still
-  updated with ``num_matches = 0`` (heuristic: +2).  The first target forward (prefill) already verifies drafts:
-  speculation starts at the first generated token.
-* Sampling (``utils.py``: ``_assisted_decoding``, ``_speculative_sampling``): the assistant runs ``generate`` with
-  a copy of the *target's* generation config and logits processors, so under ``do_sample=True`` it **samples**
-  from its processed distribution q, and verification accepts with ``r <= p_i / q_i`` using q = softmax of the
-  assistant's processed scores and p = the target's processed distribution, residual ``clamp(p - q, 0)``
-  normalized (exact speculative sampling).  Under ``do_sample=False`` the assistant takes its argmax and drafts
-  are accepted while they equal the target's argmax.  ``num_matches`` counts accepted drafts after the output is
-  cut at the first EOS (and at the token budget).
-* Assistant EOS: the assistant also stops drafting at EOS; a replay along a recorded trajectory never drafts past
-  its end, so this is not modelled.
+The ``hf`` kind replays transformers 5.24.0's assisted generation: the adaptive settings are the assistant's
+``generation_config`` (:meth:`DraftPolicy.hf_generation_config`); the schedules change the cap after each verify
+step (``heuristic`` and ``heuristic_transient``: +2 when every draft was accepted, else -1, at least 1; only
+``heuristic`` carries the cap over to the next ``generate()`` call, :meth:`DraftPolicy.start` with the previous
+state); the confidence stop reads the processed q of the drafted token (``on=token``); ``tune=roc`` re-tunes the
+threshold with :func:`hf_roc_threshold`, as HF does only when scikit-learn is importable (:func:`sklearn_available`),
+and the tuned value does not persist across calls.  Each of these facts, with its place in transformers' source:
+docs/engines/transformers.md.
 
-:class:`PolicyState` (``Policy.start()``) is the online interface: ``budget()`` before a step, ``keep_drafting(j,
+:class:`PolicyState` (``DraftPolicy.start()``) is the online interface: ``budget()`` before a step, ``keep_drafting(j,
 q_token, q_max)`` after drafting token j, ``update(n_drafted, n_accepted, drafted_q)`` after verification (HF's
 ``num_matches`` is ``n_accepted``; call it also for a plain step with ``(0, 0, ())`` to match HF's heuristic).
 """
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from .config import MAX_K
-from .errors import InvalidInput, InvalidType
+from .errors import InvalidInput, InvalidType, shown
 
-__all__ = ["Policy", "PolicyState", "parse_policy", "parse_policies", "POLICY_GRAMMAR", "HF_DEFAULTS", "SCHEDULES",
+__all__ = ["DraftPolicy", "PolicyState", "parse_policy", "parse_policies", "POLICY_GRAMMAR", "HF_DEFAULTS", "SCHEDULES",
            "roc_curve", "hf_roc_threshold", "sklearn_available", "FixedState", "StopState", "HFState"]
 
 # ------------------------------------------------------------------ ROC (scikit-learn's roc_curve)
@@ -134,7 +99,7 @@ def hf_roc_threshold(matches, probs) -> float:
 
 
 # ------------------------------------------------------------------ online state
-# Online policy state: one per sequence (``Policy.start()``), driven by the real loop step by step.
+# Online policy state: one per sequence (``DraftPolicy.start()``), driven by the real loop step by step.
 #
 # Protocol (``fastspec.policies`` module docstring): ``n = state.budget()`` before a step (>= 1; the loop still caps
 # it by the tokens left); after drafting token j (0-based) with processed draft probability ``q_token = q_j(x_j)``
@@ -207,7 +172,7 @@ class StopState(PolicyState):
 
 class HFState(PolicyState):
     """transformers 5.24.0's AssistedCandidateGenerator state: ``num_assistant_tokens``, the confidence threshold and
-    (tuning) the ``probs`` / ``matches`` lists (``fastspec.policies`` module docstring)."""
+    (tuning) the ``probs`` / ``matches`` lists (docs/engines/transformers.md)."""
 
     def __init__(self, policy, num_assistant_tokens: int):
         self.policy = policy
@@ -262,9 +227,12 @@ POLICY_GRAMMAR = ("fixed:k=K | conf:theta=T,kmax=K[,on=token|max] | specdec:h=H,
 
 _FIELDS = {"fixed": ("k",), "conf": ("theta", "kmax", "on"), "specdec": ("h", "kmax", "on"),
            "hf": ("k", "schedule", "theta", "tune")}
-_DEFAULTS = {"fixed": {}, "conf": {"kmax": 8, "on": "token"}, "specdec": {"kmax": 8, "on": "token"},
+_DEFAULTS = {"fixed": {}, "conf": {"on": "token"}, "specdec": {"on": "token"},
              "hf": {"k": 20, "schedule": "constant", "theta": 0.4, "tune": "roc"}}
-_REQUIRED = {"fixed": ("k",), "conf": ("theta",), "specdec": ("h",), "hf": ()}
+_REQUIRED = {"fixed": ("k",), "conf": ("theta", "kmax"), "specdec": ("h", "kmax"), "hf": ()}
+#: the fields that name one of a few words, and those words
+_CHOICES = {"on": ("token", "max"), "schedule": SCHEDULES, "tune": ("roc", "off")}
+_ALL_FIELDS = tuple(dict.fromkeys(f for fields in _FIELDS.values() for f in fields))
 
 
 def sklearn_available() -> bool:
@@ -281,8 +249,62 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _range_text(kind: str, key: str) -> str:
+    if key in ("k", "kmax"):
+        return f"an integer in [1, {MAX_K}] (drafts per step)"
+    return "in [0, 1) (0 switches it off)" if (kind, key) == ("hf", "theta") else "in (0, 1)"
+
+
+def _field_value(kind: str, key: str, v):
+    """One field of a DraftPolicy built directly, checked as :func:`parse_policy` checks it (InvalidType /
+    InvalidInput naming the field)."""
+    if key in ("k", "kmax"):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+            raise InvalidType(f"{key} = {shown(v)} must be {_range_text(kind, key)}", argument=key)
+        if not 1 <= v <= MAX_K:
+            raise InvalidInput(f"{key} = {int(v)} must be {_range_text(kind, key)}", argument=key)
+        return int(v)
+    if key in ("theta", "h"):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            raise InvalidType(f"{key} = {shown(v)} must be a number {_range_text(kind, key)}", argument=key)
+        f = float(v)
+        zero_ok = (kind, key) == ("hf", "theta")
+        if not (math.isfinite(f) and (f >= 0.0 and math.copysign(1.0, f) > 0 if zero_ok else f > 0.0) and f < 1.0):
+            raise InvalidInput(f"{key} = {_fmt(f)} must be {_range_text(kind, key)}", argument=key)
+        return f
+    choices = _CHOICES[key]
+    if not isinstance(v, str) or v not in choices:
+        raise InvalidInput(f"{key} = {shown(v)} must be {' or '.join(choices)}", argument=key)
+    return v
+
+
+def _check_fields(policy) -> None:
+    """What :func:`parse_policy` enforces, for a DraftPolicy built directly: a known kind, its required fields,
+    no field of another kind, every value in its range (defaults filled in as the grammar gives them)."""
+    kind = policy.kind
+    if not isinstance(kind, str):
+        raise InvalidType(f"kind must be a policy kind ({', '.join(KINDS)}), got {type(kind).__name__}",
+                          argument="kind")
+    if kind not in KINDS:
+        raise InvalidInput(f"kind = {shown(kind)} is unknown (known: {', '.join(KINDS)})", argument="kind")
+    own = _FIELDS[kind]
+    for key in _ALL_FIELDS:
+        v = getattr(policy, key)
+        if key not in own:
+            if v is not None:
+                raise InvalidInput(f"{key} = {shown(v)}: {kind} has no field {key!r} (its fields: {', '.join(own)})",
+                                   argument=key)
+            continue
+        if v is None:
+            if key not in _DEFAULTS[kind]:
+                raise InvalidInput(f"{kind} needs {key} ({key}={'T' if key in ('theta', 'h') else 'K'}: "
+                                   f"{_range_text(kind, key)})", argument=key)
+            v = _DEFAULTS[kind][key]
+        object.__setattr__(policy, key, _field_value(kind, key, v))
+
+
 @dataclass(frozen=True)
-class Policy:
+class DraftPolicy:
     """A draft-length policy (module docstring).  Build it with :func:`parse_policy`."""
 
     kind: str
@@ -293,6 +315,9 @@ class Policy:
     h: float | None = None        # specdec: stop when 1 - prod a_j >= h
     schedule: str | None = None   # hf
     tune: str | None = None       # hf: "roc" or "off"
+
+    def __post_init__(self):
+        _check_fields(self)
 
     @property
     def name(self) -> str:
@@ -364,7 +389,7 @@ class Policy:
     def start(self, previous: "PolicyState | None" = None) -> PolicyState:
         """A fresh online state for one sequence (one ``generate()`` call).  ``previous``: the state at the end of
         the previous call with the same draft; only hf with ``schedule=heuristic`` carries anything over (HF's
-        ``num_assistant_tokens``, see the module docstring)."""
+        ``num_assistant_tokens``, docs/engines/transformers.md)."""
         if previous is not None and not isinstance(previous, PolicyState):
             raise InvalidType(f"previous must be a PolicyState or None, got {type(previous).__name__}")
         if self.kind == "fixed":
@@ -404,24 +429,27 @@ def _prob_field(label, spec, key, v, *, zero_ok=False) -> float:
         f = float(v)
     except ValueError:
         raise _bad(label, spec, f"{key}={v} is not a number") from None
-    lo_ok = f >= 0.0 if zero_ok else f > 0.0
+    lo_ok = f >= 0.0 and math.copysign(1.0, f) > 0 if zero_ok else f > 0.0  # -0 is not the "off" 0
     if not (math.isfinite(f) and lo_ok and f < 1.0):
         rng = "[0, 1) (0 switches it off)" if zero_ok else "(0, 1)"
         raise _bad(label, spec, f"{key}={v} must be in {rng}")
     return f
 
 
-def parse_policy(spec, *, name: str = "--policy") -> Policy:
-    """A :class:`Policy` from its spec (:data:`POLICY_GRAMMAR`; also the canonical ``kind(a=b,...)`` form), or the
-    Policy itself.  ``name`` labels the input in messages (the CLI flag).  InvalidInput names the field and why."""
-    if isinstance(spec, Policy):
+def parse_policy(spec, *, name: str = "--policy") -> DraftPolicy:
+    """A :class:`DraftPolicy` from its spec (:data:`POLICY_GRAMMAR`; also the canonical ``kind(a=b,...)`` form), or the
+    DraftPolicy itself.  ``name`` labels the input in messages (the CLI flag).  InvalidInput names the field and why."""
+    if isinstance(spec, DraftPolicy):
         return spec
     if not isinstance(spec, str):
-        raise InvalidType(f"{name} must be a policy spec string or a Policy, got {type(spec).__name__}")
+        raise InvalidType(f"{name} must be a policy spec string or a DraftPolicy, got {type(spec).__name__}")
     m = _SPEC.match(spec)
     if not m or m.group(1) not in KINDS:
         raise _bad(name, spec, f"unknown policy kind (known: {', '.join(KINDS)})", True)
     kind, body = m.group(1), (m.group(2) or "")
+    rest = spec.strip()[len(kind):].strip()
+    if rest.startswith("(") != rest.endswith(")") or "(" in rest[1:] or ")" in rest[:-1]:
+        raise _bad(name, spec, "unbalanced parentheses", True)
     vals = dict(_DEFAULTS[kind])
     seen = set()
     for item in filter(None, (x.strip() for x in body.split(","))):
@@ -434,9 +462,6 @@ def parse_policy(spec, *, name: str = "--policy") -> Policy:
             raise _bad(name, spec, f"{key} is given twice")
         seen.add(key)
         vals[key] = v
-    missing = [f for f in _REQUIRED[kind] if f not in seen]
-    if missing:
-        raise _bad(name, spec, f"{kind} needs {', '.join(missing)}")
     out = {}
     for key, v in vals.items():
         if key in ("k", "kmax"):
@@ -455,18 +480,21 @@ def parse_policy(spec, *, name: str = "--policy") -> Policy:
             if v not in ("roc", "off"):
                 raise _bad(name, spec, f"tune={v} must be roc or off")
             out[key] = v
-    return Policy(kind, **out)
+    missing = [f for f in _REQUIRED[kind] if f not in seen]  # after the values: a bad value is named first
+    if missing:
+        raise _bad(name, spec, f"{kind} needs {', '.join(missing)}")
+    return DraftPolicy(kind, **out)
 
 
-def parse_policies(specs, *, name: str = "--policy") -> list[Policy]:
+def parse_policies(specs, *, name: str = "--policy") -> list[DraftPolicy]:
     """Policies from one spec, a list of specs, or None (empty); each policy once, in order."""
     if specs is None:
         return []
-    if isinstance(specs, (str, Policy)):
+    if isinstance(specs, (str, DraftPolicy)):
         specs = [specs]
     try:
         items = list(specs)
     except TypeError:
-        raise InvalidType(f"policies must be a policy spec, a Policy or a list of them, got "
+        raise InvalidType(f"policies must be a policy spec, a DraftPolicy or a list of them, got "
                           f"{type(specs).__name__}") from None
     return list(dict.fromkeys(parse_policy(s, name=name) for s in items))

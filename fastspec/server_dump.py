@@ -42,7 +42,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from .acceptance import dump_acceptance
-from .errors import InvalidInput, check_int
+from .errors import InvalidInput, InvalidType, check_int
 from .io import open_dump
 from .io.files import atomic_write_text
 from .io.format import LOGPROBS_MODES, check_draft_name
@@ -97,16 +97,13 @@ def _check_out(out) -> str:
     return out
 
 
-def _check_sampling(sampling: Mapping | None) -> dict:
-    s = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
-    if sampling is not None:
-        unknown = set(sampling) - set(s)
-        if unknown:
-            raise InvalidInput(f"sampling: unknown keys {sorted(unknown)}; use temperature, top_k, top_p, min_p")
-        s.update(sampling)
-    SamplingParams(**s)  # validated with the library's own rules
-    return {"temperature": float(s["temperature"]), "top_k": int(s["top_k"]), "top_p": float(s["top_p"]),
-            "min_p": float(s["min_p"])}
+def _check_sampling(sampling) -> SamplingParams:
+    if sampling is None:
+        return SamplingParams()
+    if not isinstance(sampling, SamplingParams):
+        raise InvalidType(f"sampling must be a fastspec.SamplingParams or None (temperature 1, no filters), got "
+                          f"{type(sampling).__name__}", argument="sampling")
+    return sampling
 
 
 def _check_prompts(prompts) -> list:
@@ -202,7 +199,7 @@ class _Run:
 
 
 def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = None, prompts=(), *,
-                      max_new_tokens: int = 128, sampling: Mapping | None = None, seed: int = 0,
+                      max_new_tokens: int = 128, sampling: SamplingParams | None = None, seed: int = 0,
                       ignore_eos: bool = False, top_logprobs: int = 20, engine: str = "vllm",
                       logprobs_mode: str = "raw", tight: bool | None = None, concurrency: int = 4,
                       timeout: float = 600.0, retries: int = 3, backoff: float = 0.5,
@@ -212,7 +209,8 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
 
     ``target_url``: the target's server; ``drafts``: {name: url}; ``prompts``: lists of token ids; ``engine``:
     ``"vllm"`` (OpenAI-compatible ``/v1/completions``) or ``"sglang"`` (``/generate``), for every server;
-    ``sampling``: {temperature, top_k, top_p, min_p} of the continuation (recorded); ``top_logprobs``: k asked of
+    ``sampling``: the :class:`fastspec.SamplingParams` of the continuation (recorded; None: temperature 1, no
+    filters); ``top_logprobs``: k asked of
     every server (a server that caps it: warning, the k received is recorded); ``logprobs_mode``: what the servers
     return, ``"raw"`` (vLLM's default: logprobs before temperature and truncation) or ``"processed"``; raw logprobs
     are accepted only where they equal the sampled distribution (temperature 0 or 1, no top-k/top-p/min-p).
@@ -243,9 +241,7 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     sampling = _check_sampling(sampling)
     if logprobs_mode not in LOGPROBS_MODES:
         raise InvalidInput(f"logprobs_mode {logprobs_mode!r}: use raw or processed")
-    s = sampling
-    if logprobs_mode == "raw" and (s["temperature"] not in (0.0, 1.0) or s["top_k"] or s["top_p"] < 1.0
-                                   or s["min_p"] > 0.0):
+    if logprobs_mode == "raw" and (sampling.temperature not in (0.0, 1.0) or sampling.filtered):
         raise InvalidInput("raw logprobs (vLLM's default --logprobs-mode raw_logprobs) are the distribution "
                            "sampled from only at temperature 0 or 1 without top-k/top-p/min-p; start the servers "
                            "with --logprobs-mode processed_logprobs and pass logprobs_mode='processed', or sample "
@@ -263,7 +259,7 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     engines = {role: make_engine(engine, c, models.get(role)) for role, c in clients.items()}
     can_tight = all(e.can_score_ids for e in engines.values())
     if tight is None:
-        tight = can_tight and bool(drafts) and s["temperature"] != 0.0
+        tight = can_tight and bool(drafts) and sampling.temperature != 0.0
     elif tight and not can_tight:
         raise InvalidInput(f"tight bounds need the logprobs of given ids, which the {engine} server does not return "
                            "(SGLang's token_ids_logprob does)")
@@ -284,7 +280,8 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
     staging = staging_dir(out)
     digest = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()
     args = {"format": _FORMAT, "engine": engine, "drafts": sorted(drafts), "prompts_sha256": digest,
-            "prompts": len(prompts), "max_new_tokens": int(max_new_tokens), "sampling": sampling, "seed": int(seed),
+            "prompts": len(prompts), "max_new_tokens": int(max_new_tokens), "sampling": sampling.as_dict(),
+            "seed": int(seed),
             "ignore_eos": bool(ignore_eos), "top_logprobs": int(top_logprobs), "logprobs_mode": logprobs_mode,
             "tight": bool(tight), "models": {r: servers[r]["model"] for r in servers},
             "versions": {r: servers[r]["version"] for r in servers}}

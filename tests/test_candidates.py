@@ -83,7 +83,8 @@ class TinyTreeLM:
         return pt, pd, toks
 
     def exact(self, sampling):
-        return E.block_distribution(self.target, self.draft, 2, method="candidates", widths=(2, 2), sampling=sampling)
+        return E.block_distribution(self.target, self.draft, 2, method="candidates", widths=(2, 2),
+                                    candidate_sampling=sampling)
 
 
 @pytest.mark.statistical
@@ -92,7 +93,7 @@ def test_tree_emissions_follow_exact_law(sampling):
     lm = TinyTreeLM(3, {"iid": 1, "without_replacement": 2, "deterministic": 3}[sampling])
     pt, pd, toks = lm.trees(np.random.default_rng(4), M, sampling)
     r = verify_tree_probs(pt, None if sampling == "deterministic" else pd, toks, parent=np.tile(PARENT, (M, 1)),
-                          sampling=sampling, seed=np.arange(M))
+                          candidate_sampling=sampling, seed=np.arange(M))
     ex = lm.exact(sampling)
     assert ex.exact
     assert naive.chi2_fits(emitted_counts(r), ex.emitted, N_TESTS)
@@ -133,17 +134,17 @@ def test_numeric_cases_single_position():
     P, Q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
     assert candidate_acceptance(P[None], Q[None], 1)[0] == pytest.approx(0.7, abs=1e-15)
     assert candidate_acceptance(P[None], Q[None], 2)[0] == pytest.approx(19 / 25, abs=1e-15)
-    assert candidate_acceptance(P[None], Q[None], 2, sampling="deterministic")[0] == pytest.approx(0.5)
+    assert candidate_acceptance(P[None], Q[None], 2, candidate_sampling="deterministic")[0] == pytest.approx(0.5)
     rng = np.random.default_rng(9)
     m = 40000
     for sampling, expect in (("iid", 19 / 25), ("without_replacement", 41 / 50)):
         a, b = TinyTreeLM(3, 0).children(np.broadcast_to(Q, (m, 3)), rng, sampling)
         toks = np.stack([np.zeros(m, np.int64), a, b], 1)
         r = verify_tree_probs(np.broadcast_to(P, (m, 3, 3)), np.broadcast_to(Q, (m, 3, 3)), toks,
-                              parent=np.tile([-1, 0, 0], (m, 1)), sampling=sampling, seed=np.arange(m))
+                              parent=np.tile([-1, 0, 0], (m, 1)), candidate_sampling=sampling, seed=np.arange(m))
         assert abs(r.num_accepted.mean() - expect) <= 5.5 * np.sqrt(expect * (1 - expect) / m)
     with pytest.raises(ValueError, match="without replacement"):
-        candidate_acceptance(P[None], Q[None], 2, sampling="without_replacement")
+        candidate_acceptance(P[None], Q[None], 2, candidate_sampling="without_replacement")
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -177,7 +178,8 @@ def test_logits_wrapper_deterministic_threads_and_batches():
     toks = rng.integers(0, V, (B, 7))
     for n in range(1, 7):
         toks[:, n] = np.argsort(-xd[:, PARENT[n]], axis=1)[:, (n - 1) % 2]  # distinct siblings, q > 0
-    kw = dict(parent=np.tile(PARENT, (B, 1)), sampling="without_replacement", temperature=0.9, seed=np.arange(B))
+    kw = dict(parent=np.tile(PARENT, (B, 1)), candidate_sampling="without_replacement", temperature=0.9,
+              seed=np.arange(B))
     full = verify_tree_logits(xt, xd, toks, **kw)
     old = numba.get_num_threads()
     try:
@@ -199,7 +201,7 @@ def test_tree_errors_name_argument_row_and_fix():
     with pytest.raises(ValueError, match=r"tree_tokens\[1, 2\] = 3 has draft probability 0"):
         verify_tree_probs(p, q, [[0, 0, 1], [0, 0, 3]], parent=par)
     with pytest.raises(ValueError, match="repeats a sibling"):
-        verify_tree_probs(p, q, [[0, 1, 1], [0, 0, 1]], parent=par, sampling="without_replacement")
+        verify_tree_probs(p, q, [[0, 1, 1], [0, 0, 1]], parent=par, candidate_sampling="without_replacement")
     with pytest.raises(ValueError, match=r"parent\[0, 2\] = 2"):
         verify_tree_probs(p, q, [[0, 0, 1], [0, 0, 1]], parent=[[-1, 0, 2], [-1, 0, 0]])
     with pytest.raises(ValueError, match="reached twice"):
@@ -211,8 +213,9 @@ def test_tree_errors_name_argument_row_and_fix():
     with pytest.raises(ValueError, match="draft_probs is needed"):
         verify_tree_probs(p, None, [[0, 0, 1]] * 2, parent=par)
     with pytest.raises(ValueError, match="sampling 'beam'"):
-        verify_tree_probs(p, q, [[0, 0, 1]] * 2, parent=par, sampling="beam")
-    r = verify_tree_probs(p, None, [[0, 2, 3], [0, 1, 0]], parent=par, sampling="deterministic", num_nodes=[3, 1])
+        verify_tree_probs(p, q, [[0, 0, 1]] * 2, parent=par, candidate_sampling="beam")
+    r = verify_tree_probs(p, None, [[0, 2, 3], [0, 1, 0]], parent=par, candidate_sampling="deterministic",
+                          num_nodes=[3, 1])
     assert r.num_accepted[1] == 0 and r.tokens[1, 0] >= 0
 
 
@@ -232,7 +235,8 @@ def test_candidate_acceptance_validates_its_input():
     with pytest.raises(ValueError, match=r"w = 0"):
         candidate_acceptance(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 0)
     with pytest.raises(ValueError, match=r"without replacement"):
-        candidate_acceptance(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 2, sampling="without_replacement")
+        candidate_acceptance(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 2,
+                             candidate_sampling="without_replacement")
     ok = candidate_acceptance(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]]), 2)
     assert ok[0] == pytest.approx(19 / 25, abs=1e-15)
 

@@ -28,6 +28,7 @@ import pytest
 
 from fastspec.errors import FastspecError, InvalidInput, InvalidType
 from fastspec.io import load_dump
+from fastspec.params import SamplingParams
 from fastspec.server_dump import dump_from_servers
 from test_server_dump import Fake
 
@@ -164,7 +165,7 @@ def _case(rng):
     temperature = float(rng.choice([0.0, 1.0]))
     return engine, dict(prompts=prompts, max_new_tokens=int(rng.integers(1, 4)), top_logprobs=int(rng.integers(1, 5)),
                         ignore_eos=bool(rng.random() < 0.5), seed=int(rng.integers(0, 2 ** 31)),
-                        sampling={"temperature": temperature}, concurrency=int(rng.integers(1, 3)),
+                        sampling=SamplingParams(temperature=temperature), concurrency=int(rng.integers(1, 3)),
                         retries=int(rng.integers(0, 2)), timeout=TIMEOUT, backoff=0.001), bool(rng.random() < 0.6)
 
 
@@ -249,7 +250,7 @@ def test_fuzz_dump_server_cli(servers, tmp_path):
         args = [sys.executable, "-m", "fastspec_cli", "dump-server", "--engine", engine, "--target", turl,
                 "--prompts", str(pf), "--out", str(out), "--max-new-tokens", str(kw["max_new_tokens"]),
                 "--top-logprobs", str(kw["top_logprobs"]), "--seed", str(kw["seed"]), "--temperature",
-                str(kw["sampling"]["temperature"]), "--concurrency", str(kw["concurrency"]), "--retries",
+                str(kw["sampling"].temperature), "--concurrency", str(kw["concurrency"]), "--retries",
                 str(kw["retries"]), "--timeout", str(TIMEOUT)] + (["--draft", f"d={durl}"] if with_draft else []) \
             + (["--ignore-eos"] if kw["ignore_eos"] else [])
         r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)

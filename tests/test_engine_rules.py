@@ -355,9 +355,9 @@ def test_argmax_acceptance_is_exactly_the_one_hot_verification():
         assert step.acceptance == pf[x] and step.output == tuple(pf)  # lossless
         qf = [Fraction(v) for v in q]
         qf[-1] = 1 - sum(qf[:-1])
-        assert candidate_step(pf, qf, 1, sampling="deterministic").acceptance == pf[x]
+        assert candidate_step(pf, qf, 1, candidate_sampling="deterministic").acceptance == pf[x]
         got = candidate_acceptance(np.array([[float(v) for v in pf]]), np.array([[float(v) for v in qf]]), 1,
-                                   sampling="deterministic")
+                                   candidate_sampling="deterministic")
         assert abs(Fraction(float(got[0])) - pf[x]) < Fraction(1, 10**12)
         assert verify_step(pf, qf).acceptance != pf[x]
 

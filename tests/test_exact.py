@@ -1,4 +1,4 @@
-"""The exact (Fraction) path: one position, policies, blocks and sequences."""
+"""The exact (Fraction) path: one position, verification rules, blocks and sequences."""
 from __future__ import annotations
 
 from fractions import Fraction as F
@@ -118,10 +118,10 @@ def test_normalize_divides_by_sum():
     assert s.p == WORKED_P and s.acceptance == F(7, 10)
 
 
-# ----------------------------------------------------------------- policy audit (one position)
+# ----------------------------------------------------------------- rule audit (one position)
 
 @pytest.mark.parametrize(
-    "policy, params, output, acceptance, tv",
+    "rule, params, output, acceptance, tv",
     [
         ("standard", {}, WORKED_P, F(7, 10), 0),
         ("prune_by_draft_prob_corrected", {"tau": "0.3"}, WORKED_P, F(2, 5), 0),
@@ -131,8 +131,8 @@ def test_normalize_divides_by_sum():
         ("resample_from_target", {}, (F(7, 20), F(39, 100), F(13, 50)), F(7, 10), F(3, 20)),
     ],
 )
-def test_audit_worked_case(policy, params, output, acceptance, tv):
-    a = E.audit_step(WORKED_P, WORKED_Q, policy, **params)
+def test_audit_worked_case(rule, params, output, acceptance, tv):
+    a = E.audit_step(WORKED_P, WORKED_Q, rule, **params)
     assert a.output == output
     assert a.acceptance == acceptance
     assert a.total_variation == tv
@@ -149,15 +149,15 @@ def test_typical_acceptance_is_lossy_on_worked_case():
     assert b.acceptance == F(7, 10) and b.total_variation == F(1, 5)
 
 
-EXACT_POLICIES = [("standard", {}), ("prune_by_draft_prob_corrected", {"tau": "0.2"}), ("exact_match", {})]
-LOSSY_POLICIES = [("unnormalized_residual", {}), ("resample_from_target", {}), ("prune_by_draft_prob", {"tau": "0.2"})]
+EXACT_RULES = [("standard", {}), ("prune_by_draft_prob_corrected", {"tau": "0.2"}), ("exact_match", {})]
+LOSSY_RULES = [("unnormalized_residual", {}), ("resample_from_target", {}), ("prune_by_draft_prob", {"tau": "0.2"})]
 
 
 @settings(max_examples=200)
 @given(pq_pairs(max_vocab=8))
-def test_exact_policies_have_zero_tv(pq):
+def test_exact_rules_have_zero_tv(pq):
     p, q = pq
-    for name, params in EXACT_POLICIES:
+    for name, params in EXACT_RULES:
         a = E.audit_step(p, q, name, **params)
         assert a.total_variation == 0, name
         assert sum(a.output) == 1
@@ -165,7 +165,7 @@ def test_exact_policies_have_zero_tv(pq):
 
 @settings(max_examples=200)
 @given(pq_pairs(max_vocab=8))
-def test_lossy_policies_are_biased_exactly_when_expected(pq):
+def test_lossy_rules_are_biased_exactly_when_expected(pq):
     p, q = pq
     residual = tuple(max(a - b, 0) for a, b in zip(p, q, strict=True))
     rej = 1 - sum(min(a, b) for a, b in zip(p, q, strict=True))
@@ -190,13 +190,13 @@ def test_lossy_policies_are_biased_exactly_when_expected(pq):
     assert c.total_variation == 0
 
 
-def test_policy_errors():
-    with pytest.raises(ValueError, match="unknown policy"):
-        E.get_policy("nope")
+def test_rule_errors():
+    with pytest.raises(ValueError, match="unknown verification rule"):
+        E.get_rule("nope")
     with pytest.raises(ValueError, match="needs tau"):
-        E.get_policy("prune_by_draft_prob")
+        E.get_rule("prune_by_draft_prob")
     with pytest.raises(ValueError, match="must lie in"):
-        E.get_policy("prune_by_draft_prob", tau="1.5")
+        E.get_rule("prune_by_draft_prob", tau="1.5")
 
 
 # ----------------------------------------------------------------- blocks and sequences
@@ -250,12 +250,12 @@ def test_greedy_block():
     assert b.accepted_count == (0, 1, 0, 0)
 
 
-def test_lossy_policy_visible_in_blocks_and_sequences():
+def test_lossy_rule_visible_in_blocks_and_sequences():
     t, d = random_model(3, 3), random_model(4, 3)
-    assert E.block_distribution(t, d, 2, policy="resample_from_target").total_variation > 0
-    assert E.sequence_distribution(t, d, 2, 3, policy="unnormalized_residual").total_variation > 0
-    assert E.sequence_distribution(t, d, 2, 3, policy="prune_by_draft_prob_corrected", tau="0.3").total_variation == 0
-    assert E.sequence_distribution(t, d, 2, 3, policy="exact_match").total_variation == 0
+    assert E.block_distribution(t, d, 2, rule="resample_from_target").total_variation > 0
+    assert E.sequence_distribution(t, d, 2, 3, rule="unnormalized_residual").total_variation > 0
+    assert E.sequence_distribution(t, d, 2, 3, rule="prune_by_draft_prob_corrected", tau="0.3").total_variation == 0
+    assert E.sequence_distribution(t, d, 2, 3, rule="exact_match").total_variation == 0
 
 
 def test_model_errors():

@@ -1,4 +1,4 @@
-"""fastspec.exact as a package: one name per enumeration (old names warn and agree), method names from the
+"""fastspec.exact as a package: one name per enumeration and per verification rule (no aliases), method names from the
 registry, typed errors that name the argument, and no command-line words in the library."""
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from fastspec.errors import InvalidInput, InvalidType
 from naive import random_model
 
 P3, Q3 = (F(1, 2), F(3, 10), F(1, 5)), (F(1, 5), F(1, 2), F(3, 10))
-OLD_ALL = ["to_fraction", "as_distribution", "total_variation", "VerifyStep", "verify_step", "Policy", "POLICIES",
-           "get_policy", "PositionAudit", "audit_step", "BlockDistribution", "block_distribution",
-           "SequenceDistribution", "sequence_distribution", "target_sequence_distribution", "FLOAT_SUM_TOLERANCE",
-           "METHODS", "block_verification_distribution", "block_acceptance_weights", "CANDIDATE_SAMPLING",
-           "top_candidates", "CandidateStep", "candidate_step", "candidate_block_distribution",
-           "verification_sequence_distribution"]
+PUBLIC = ["to_fraction", "as_distribution", "total_variation", "VerifyStep", "verify_step", "VerificationRule",
+          "RULES", "get_rule", "rule_parameters", "PositionAudit", "audit_step", "BlockDistribution",
+          "block_distribution", "SequenceDistribution", "sequence_distribution", "target_sequence_distribution",
+          "FLOAT_SUM_TOLERANCE", "METHODS", "block_acceptance_weights", "CANDIDATE_SAMPLING", "top_candidates",
+          "CandidateStep", "candidate_step"]
+GONE = ["Policy", "POLICIES", "get_policy", "policy_parameters", "block_verification_distribution",
+        "candidate_block_distribution", "verification_sequence_distribution"]
 
 
 def const(d):
@@ -31,42 +32,19 @@ def models():
     return random_model(11, 3), random_model(12, 3)
 
 
-def test_every_old_name_is_still_exported():
-    assert set(OLD_ALL) <= set(E.__all__)
+def test_one_name_per_concept_is_exported():
+    # issue 29, item 2: verification rules are VerificationRule (draft-length policies are DraftPolicy); the old
+    # names and the deprecated enumerations are gone, not aliased
+    assert sorted(PUBLIC) == sorted(E.__all__)
     for name in E.__all__:
         assert getattr(E, name) is not None, name
+    for name in GONE:
+        assert not hasattr(E, name), name
     assert E.Fraction is F
-
-
-# ----------------------------------------------------------------- deprecated aliases: they warn and agree
-
-def test_block_verification_distribution_alias(models):
-    t, d = models
-    with pytest.warns(DeprecationWarning, match=r"block_verification_distribution is deprecated.*method=\"block\""):
-        old = E.block_verification_distribution(t, d, 2, prefix=(1,))
-    assert old == E.block_distribution(t, d, 2, method="block", prefix=(1,))
-
-
-@pytest.mark.parametrize("sampling", E.CANDIDATE_SAMPLING)
-def test_candidate_block_distribution_alias(models, sampling):
-    t, d = models
-    with pytest.warns(DeprecationWarning, match="candidate_block_distribution is deprecated"):
-        old = E.candidate_block_distribution(t, d, (2, 1), sampling=sampling)
-    assert old == E.block_distribution(t, d, 2, method="candidates", widths=(2, 1), sampling=sampling)
-    assert old.policy == f"candidates:{sampling}:2x1"
-
-
-def test_verification_sequence_distribution_alias(models):
-    t, d = models
-    with pytest.warns(DeprecationWarning, match="verification_sequence_distribution is deprecated"):
-        old = E.verification_sequence_distribution(t, d, 2, 3, method="candidates", widths=(2, 2),
-                                                   sampling="without_replacement")
-    assert old == E.sequence_distribution(t, d, 2, 3, method="candidates", widths=(2, 2),
-                                          sampling="without_replacement")
-    # as before, sampling (default "iid") and widths are ignored by the other methods
-    with pytest.warns(DeprecationWarning):
-        old = E.verification_sequence_distribution(t, d, 2, 3, policy="prune_by_draft_prob", tau="0.3")
-    assert old == E.sequence_distribution(t, d, 2, 3, policy="prune_by_draft_prob", tau="0.3")
+    with pytest.raises(ImportError):
+        __import__("fastspec.exact.policies")
+    with pytest.raises(ImportError):
+        __import__("fastspec.exact._deprecated")
 
 
 def test_the_one_names_do_not_warn(models, recwarn):
@@ -82,14 +60,14 @@ def test_the_one_names_do_not_warn(models, recwarn):
 def test_names_come_from_the_registries():
     assert E.METHODS == (*methods.VERIFICATION_METHODS, "candidates") == ("token", "block", "candidates")
     assert E.CANDIDATE_SAMPLING == tuple(methods.CANDIDATE_SAMPLING)
-    assert list(E.POLICIES) == ["standard", "unnormalized_residual", "resample_from_target", "prune_by_draft_prob",
+    assert list(E.RULES) == ["standard", "unnormalized_residual", "resample_from_target", "prune_by_draft_prob",
                                 "prune_by_draft_prob_corrected", "typical_acceptance", "exact_match"]
-    assert E.policy_parameters("prune_by_draft_prob") == {"tau": None}
-    assert E.policy_parameters("typical_acceptance") == {"epsilon": "0.09", "delta": "0.3"}
-    assert E.policy_parameters("standard") == {}
-    for name, description in E.POLICIES.items():
-        pol = E.get_policy(name, tau="0.3") if "tau" in E.policy_parameters(name) else E.get_policy(name)
-        assert pol.name == name and pol.description == description
+    assert E.rule_parameters("prune_by_draft_prob") == {"tau": None}
+    assert E.rule_parameters("typical_acceptance") == {"epsilon": "0.09", "delta": "0.3"}
+    assert E.rule_parameters("standard") == {}
+    for name, description in E.RULES.items():
+        rule = E.get_rule(name, tau="0.3") if "tau" in E.rule_parameters(name) else E.get_rule(name)
+        assert rule.name == name and rule.description == description
 
 
 def test_method_errors_list_every_method(models):
@@ -97,13 +75,13 @@ def test_method_errors_list_every_method(models):
     with pytest.raises(InvalidInput, match=r"'tree' is unknown.*'token'.*'block'.*'candidates'"):
         E.block_distribution(t, d, 1, method="tree")
     with pytest.raises(InvalidInput, match="candidate sampling 'beam'"):
-        E.block_distribution(t, d, 1, method="candidates", sampling="beam")
-    with pytest.raises(InvalidInput, match="widths and sampling apply to method='candidates' only"):
+        E.block_distribution(t, d, 1, method="candidates", candidate_sampling="beam")
+    with pytest.raises(InvalidInput, match="widths and candidate_sampling apply to method='candidates' only"):
         E.block_distribution(t, d, 1, method="block", widths=(2,))
-    with pytest.raises(InvalidInput, match="widths and sampling apply to method='candidates' only"):
-        E.sequence_distribution(t, d, 1, 2, sampling="iid")
+    with pytest.raises(InvalidInput, match="widths and candidate_sampling apply to method='candidates' only"):
+        E.sequence_distribution(t, d, 1, 2, candidate_sampling="iid")
     with pytest.raises(InvalidInput, match="token verification only"):
-        E.sequence_distribution(t, d, 1, 2, method="candidates", policy="exact_match")
+        E.sequence_distribution(t, d, 1, 2, method="candidates", rule="exact_match")
 
 
 # ----------------------------------------------------------------- typed errors
@@ -111,22 +89,22 @@ def test_method_errors_list_every_method(models):
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: E.audit_step(P3, Q3, 42), InvalidType, "policy must be a policy name .* got int"),
-        (lambda: E.get_policy(None), InvalidType, "got NoneType"),
-        (lambda: E.get_policy("nope"), InvalidInput, "unknown policy 'nope'; choose one of: standard"),
-        (lambda: E.get_policy("standard", tau="0.3"), InvalidInput,
-         "policy 'standard' takes no tau; tau applies to: prune_by_draft_prob, prune_by_draft_prob_corrected"),
-        (lambda: E.get_policy("prune_by_draft_prob"), InvalidInput, r"needs tau, the draft-probability threshold"),
-        (lambda: E.get_policy("prune_by_draft_prob", tau="-1/2"), InvalidInput, r"tau = -1/2 must lie in \[0, 1\]"),
-        (lambda: E.get_policy("typical_acceptance", delta="-1"), InvalidInput, "delta = -1 must be >= 0"),
-        (lambda: E.get_policy("prune_by_draft_prob", tau="x"), InvalidInput, "tau is 'x', not a number"),
-        (lambda: E.audit_step(P3, Q3, "standard", theta=1), InvalidType, "unknown policy parameter 'theta'"),
-        (lambda: E.audit_step(P3, Q3, E.get_policy("standard"), tau="0.3"), InvalidInput, "already built"),
-        (lambda: E.block_distribution(const(P3), const(Q3), 2, method="block", policy=42), InvalidType,
-         "policy must be"),
-        (lambda: E.candidate_step(P3, Q3, 2, sampling="deterministic", candidates=[0, 3]), InvalidInput,
+        (lambda: E.audit_step(P3, Q3, 42), InvalidType, "rule must be a rule name .* got int"),
+        (lambda: E.get_rule(None), InvalidType, "got NoneType"),
+        (lambda: E.get_rule("nope"), InvalidInput, "unknown verification rule 'nope'; choose one of: standard"),
+        (lambda: E.get_rule("standard", tau="0.3"), InvalidInput,
+         "rule 'standard' takes no tau; tau applies to: prune_by_draft_prob, prune_by_draft_prob_corrected"),
+        (lambda: E.get_rule("prune_by_draft_prob"), InvalidInput, r"needs tau, the draft-probability threshold"),
+        (lambda: E.get_rule("prune_by_draft_prob", tau="-1/2"), InvalidInput, r"tau = -1/2 must lie in \[0, 1\]"),
+        (lambda: E.get_rule("typical_acceptance", delta="-1"), InvalidInput, "delta = -1 must be >= 0"),
+        (lambda: E.get_rule("prune_by_draft_prob", tau="x"), InvalidInput, "tau is 'x', not a number"),
+        (lambda: E.audit_step(P3, Q3, "standard", theta=1), InvalidType, "unknown rule parameter 'theta'"),
+        (lambda: E.audit_step(P3, Q3, E.get_rule("standard"), tau="0.3"), InvalidInput, "already built"),
+        (lambda: E.block_distribution(const(P3), const(Q3), 2, method="block", rule=42), InvalidType,
+         "rule must be"),
+        (lambda: E.candidate_step(P3, Q3, 2, candidate_sampling="deterministic", candidates=[0, 3]), InvalidInput,
          r"candidates\[1\] = 3"),
-        (lambda: E.candidate_step(P3, Q3, 2, sampling="deterministic", candidates=[0.5]), InvalidInput,
+        (lambda: E.candidate_step(P3, Q3, 2, candidate_sampling="deterministic", candidates=[0.5]), InvalidInput,
          r"candidates\[0\] must be an integer"),
         (lambda: E.candidate_step(P3, Q3, True), InvalidInput, "w must be an integer >= 1"),
         (lambda: E.block_distribution(const(P3), const(Q3), 2, method="candidates", widths=2), InvalidType,
@@ -155,7 +133,7 @@ def test_the_library_never_names_command_line_flags():
         text = path.read_text()
         assert not re.search(r"--[a-z]|\bCLI\b", text), path.name
     with pytest.raises(InvalidInput) as exc:
-        E.get_policy("prune_by_draft_prob_corrected")
+        E.get_rule("prune_by_draft_prob_corrected")
     assert "--" not in str(exc.value)
 
 

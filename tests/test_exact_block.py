@@ -28,7 +28,7 @@ def test_block_example_from_the_paper():
     blk = E.block_distribution(const(P2), const(Q2), 2, method="block")
     assert tok.expected_accepted == F(10, 9)
     assert blk.expected_accepted == F(11, 9)
-    assert blk.policy == "block" and blk.exact and blk.expected_tokens == F(20, 9)
+    assert blk.rule == "block" and blk.exact and blk.expected_tokens == F(20, 9)
     assert sum(blk.accepted_count) == 1
 
 
@@ -72,13 +72,13 @@ def test_block_sequences_with_rollback_are_exact(m):
     t, d = random_model(st_, vocab), random_model(sd, vocab)
     seq = E.sequence_distribution(t, d, max(k, 1), 3, method="block")
     tok = E.sequence_distribution(t, d, max(k, 1), 3)
-    assert seq.total_variation == 0 and seq.policy == "block"
+    assert seq.total_variation == 0 and seq.rule == "block"
     assert seq.expected_steps <= tok.expected_steps
 
 
-def test_block_rejects_policy_and_unknown_method():
+def test_block_rejects_rule_and_unknown_method():
     with pytest.raises(ValueError, match="token verification only"):
-        E.block_distribution(const(P2), const(Q2), 2, method="block", policy="resample_from_target")
+        E.block_distribution(const(P2), const(Q2), 2, method="block", rule="resample_from_target")
     with pytest.raises(ValueError, match="unknown"):
         E.block_distribution(const(P2), const(Q2), 2, method="tree")
     with pytest.raises(ValueError, match="unknown"):
@@ -89,12 +89,12 @@ def test_block_rejects_policy_and_unknown_method():
 
 def test_candidate_numbers():
     assert E.candidate_step(P3, Q3, 1).acceptance == F(7, 10)
-    assert E.candidate_step(P3, Q3, 1, sampling="without_replacement").acceptance == F(7, 10)
+    assert E.candidate_step(P3, Q3, 1, candidate_sampling="without_replacement").acceptance == F(7, 10)
     assert E.candidate_step(P3, Q3, 2).acceptance == F(19, 25)
-    assert E.candidate_step(P3, Q3, 2, sampling="without_replacement").acceptance == F(41, 50)
-    det = E.candidate_step(P3, Q3, 2, sampling="deterministic")
+    assert E.candidate_step(P3, Q3, 2, candidate_sampling="without_replacement").acceptance == F(41, 50)
+    det = E.candidate_step(P3, Q3, 2, candidate_sampling="deterministic")
     assert det.candidates == (2, 1) and det.acceptance == F(1, 2) and det.exact
-    assert E.candidate_step(P3, Q3, 2, sampling="deterministic", candidates=[0]).acceptance == F(1, 2)
+    assert E.candidate_step(P3, Q3, 2, candidate_sampling="deterministic", candidates=[0]).acceptance == F(1, 2)
 
 
 def _iid_closed_form(p, q, w):
@@ -117,9 +117,9 @@ pq = st.integers(1, 5).flatmap(lambda v: st.tuples(
 @given(pq, st.integers(1, 3), st.sampled_from(E.CANDIDATE_SAMPLING))
 def test_candidates_are_exact(pqw, w, sampling):
     p, q = dist_from_weights(pqw[0]), dist_from_weights(pqw[1])
-    c = E.candidate_step(p, q, w, sampling=sampling)
+    c = E.candidate_step(p, q, w, candidate_sampling=sampling)
     assert c.output == p and c.exact
-    assert c.acceptance >= E.candidate_step(p, q, 1, sampling=sampling).acceptance
+    assert c.acceptance >= E.candidate_step(p, q, 1, candidate_sampling=sampling).acceptance
     if sampling == "iid":
         assert c.acceptance == _iid_closed_form(p, q, w)
     if sampling == "deterministic":
@@ -133,9 +133,9 @@ def test_candidates_are_exact(pqw, w, sampling):
 def test_trees_are_exact(m, sampling, widths):
     st_, sd, vocab, _ = m
     t, d = random_model(st_, vocab), random_model(sd, vocab)
-    blk = E.block_distribution(t, d, len(widths), method="candidates", widths=widths, sampling=sampling)
+    blk = E.block_distribution(t, d, len(widths), method="candidates", widths=widths, candidate_sampling=sampling)
     assert blk.total_variation == 0 and sum(blk.accepted_count) == 1
-    seq = E.sequence_distribution(t, d, len(widths), 3, method="candidates", widths=widths, sampling=sampling)
+    seq = E.sequence_distribution(t, d, len(widths), 3, method="candidates", widths=widths, candidate_sampling=sampling)
     assert seq.total_variation == 0
 
 
@@ -148,11 +148,11 @@ def test_width_one_tree_is_token_verification():
 
 def test_candidate_argument_errors():
     with pytest.raises(ValueError, match="sampling"):
-        E.candidate_step(P3, Q3, 2, sampling="beam")
+        E.candidate_step(P3, Q3, 2, candidate_sampling="beam")
     with pytest.raises(ValueError, match="w must be"):
         E.candidate_step(P3, Q3, 0)
     with pytest.raises(ValueError, match="distinct"):
-        E.candidate_step(P3, Q3, 2, sampling="deterministic", candidates=[1, 1])
+        E.candidate_step(P3, Q3, 2, candidate_sampling="deterministic", candidates=[1, 1])
     with pytest.raises(ValueError, match="deterministic"):
         E.candidate_step(P3, Q3, 2, candidates=[1])
     with pytest.raises(ValueError, match=r"widths\[1\]"):

@@ -174,6 +174,27 @@ def test_loop_bad_input(pair):
         hf.speculative_generate(target, draft, PROMPT, k=2, max_new_tokens=0)
 
 
+def test_one_teacher_forced_logits(pair):
+    # issue 29, item 2: one teacher_forced_logits (fastspec.hf.teacher), its no-cache pass behind cached=False;
+    # the loop's copy is gone
+    from fastspec.hf import loop, teacher
+
+    assert hf.teacher_forced_logits is teacher.teacher_forced_logits and not hasattr(loop, "teacher_forced_logits")
+    target, _ = pair
+    cont = [3, 7, 1, 4]
+    cached = hf.teacher_forced_logits(target, PROMPT, cont)
+    plain = hf.teacher_forced_logits(target, PROMPT, cont, cached=False)
+    assert cached.dtype == plain.dtype == np.float32 and cached.shape == plain.shape == (len(cont), V)
+    np.testing.assert_allclose(cached, plain, atol=1e-4)
+    with torch.inference_mode():  # cached=False is one forward over prompt + continuation[:-1], no KV cache
+        ref = target(torch.tensor([list(PROMPT) + cont[:-1]]), use_cache=False).logits[0, len(PROMPT) - 1:]
+    np.testing.assert_array_equal(plain, ref.float().numpy())
+    with pytest.raises(TypeError, match="cached must be True or False"):
+        hf.teacher_forced_logits(target, PROMPT, cont, cached="no")
+    with pytest.raises(ValueError, match=r"continuation\[1\] = 99999 is outside the model's vocabulary"):
+        hf.teacher_forced_logits(target, PROMPT, [1, 99999], cached=False)
+
+
 def test_eos_stops_and_plain_step(pair):
     target, draft = pair
     r = hf.speculative_generate(target, draft, PROMPT, k=4, seed=3, max_new_tokens=40, eos_token_id=2)

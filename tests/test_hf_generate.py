@@ -105,7 +105,7 @@ def test_hf_assisted_output_passes_the_audit(pair):
 def test_bad_input(pair):
     target, draft = pair
     with pytest.raises(InvalidInput, match="policy conf.*only fixed and hf policies"):
-        AssistantSettings.from_policy("conf:theta=0.5")
+        AssistantSettings.from_policy("conf:theta=0.5,kmax=8")
     with pytest.raises(InvalidInput, match="settings or k, not both"):
         hf_assisted_generate(target, draft, [1], k=2, settings=AssistantSettings.defaults())
     with pytest.raises(InvalidInput, match="draft must be a model"):
@@ -191,7 +191,7 @@ def test_what_hf_runs_are_predicted_as(monkeypatch):
         "hf(k=20,schedule=constant,theta=0,tune=roc)"
     assert AssistantSettings.from_policy("fixed:k=5").predicted_as(False) == "fixed(k=5)"
     monkeypatch.setattr(M, "sklearn_available", lambda: False)
-    assert predicted_policies(["conf:theta=0.5", "hf:k=4,schedule=heuristic"], hf_engine=True) == [
+    assert predicted_policies(["conf:theta=0.5,kmax=8", "hf:k=4,schedule=heuristic"], hf_engine=True) == [
         "conf(theta=0.5,kmax=8,on=token)", "hf(k=4,schedule=heuristic,theta=0.4,tune=roc)",
         "hf(k=20,schedule=constant,theta=0.4,tune=off)", "hf(k=4,schedule=heuristic,theta=0.4,tune=off)"]
-    assert predicted_policies(["conf:theta=0.5"]) == ["conf(theta=0.5,kmax=8,on=token)"]
+    assert predicted_policies(["conf:theta=0.5,kmax=8"]) == ["conf(theta=0.5,kmax=8,on=token)"]

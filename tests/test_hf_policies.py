@@ -117,7 +117,7 @@ def test_a_stopping_policy_drafts_less(pair):
 
 def test_bad_policies(pair):
     with pytest.raises(InvalidInput, match=r"policy = conf\(theta=0.5,kmax=8,on=token\): an n-gram draft"):
-        hf.speculative_generate(pair[0], "ngram", PROMPT, policy="conf:theta=0.5", max_new_tokens=4)
+        hf.speculative_generate(pair[0], "ngram", PROMPT, policy="conf:theta=0.5,kmax=8", max_new_tokens=4)
     with pytest.raises(InvalidInput, match=r"policy 'conf:theta=1.5'.*theta=1.5 must be in \(0, 1\)"):
         hf.speculative_generate(*pair, PROMPT, policy="conf:theta=1.5", max_new_tokens=4)
     with pytest.raises(InvalidInput, match="policy 'warp:k=2'.*unknown policy kind"):
@@ -162,7 +162,7 @@ class _TrustTrigger:
     def __getattr__(self, name):
         return getattr(self.policy, name)
 
-    def start(self, previous=None):  # noqa: ARG002 (the Policy interface)
+    def start(self, previous=None):  # noqa: ARG002 (the DraftPolicy interface)
         run, state = self, self.policy.start()
 
         class State:

@@ -238,4 +238,4 @@ def test_exact_candidates_uses_the_registry():
     assert candidates.CANDIDATE_SAMPLING == tuple(methods.CANDIDATE_SAMPLING)
     assert not hasattr(candidates, "methods")
     for name in candidates.CANDIDATE_SAMPLING:
-        assert candidates.check_sampling(name) == name
+        assert candidates.check_candidate_sampling(name) == name

@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 
 import fastspec
+from fastspec.errors import InvalidInput, InvalidType
 from fastspec.io import save_dump
-from fastspec.policies import parse_policy
+from fastspec.params import SamplingParams
+from fastspec.policies import POLICY_GRAMMAR, DraftPolicy, parse_policy
 from fastspec.simulation.policy_eval import evaluate_features, evaluate_policy
+from fastspec.simulation.policy_search import search_policies
 from fastspec.simulation.policy_features import policy_features
 from fastspec.stats import t_isf
 
@@ -214,3 +217,84 @@ def test_hf_without_stop_is_fixed_k(tmp_path):
     b = evaluate_policy(path, "d", "fixed:k=3")
     assert np.array_equal(a.per_sequence_accepted, b.per_sequence_accepted)
     assert np.array_equal(a.per_sequence_draft_lengths, b.per_sequence_draft_lengths)
+
+
+# ------------------------------------------------------------------ issue 30: the policy contract
+
+
+@pytest.mark.parametrize("build, error, argument, match", [
+    (lambda: DraftPolicy("fixed", k=-5), InvalidInput, "k", r"k = -5 must be an integer in \[1, 256\]"),
+    (lambda: DraftPolicy("fixed", k=0), InvalidInput, "k", r"k = 0 must be an integer in \[1, 256\]"),
+    (lambda: DraftPolicy("fixed", k=10**6), InvalidInput, "k", r"k = 1000000 must be an integer"),
+    (lambda: DraftPolicy("fixed", k=True), InvalidType, "k", "k = True must be an integer"),
+    (lambda: DraftPolicy("fixed", k=2.0), InvalidType, "k", "k = 2.0 must be an integer"),
+    (lambda: DraftPolicy("fixed"), InvalidInput, "k", "fixed needs k"),
+    (lambda: DraftPolicy("conf", theta=math.nan, kmax=8), InvalidInput, "theta", r"theta = nan must be in \(0, 1\)"),
+    (lambda: DraftPolicy("conf", theta=5, kmax=8), InvalidInput, "theta", r"theta = 5 must be in \(0, 1\)"),
+    (lambda: DraftPolicy("conf", theta="0.4", kmax=8), InvalidType, "theta", "theta = '0.4' must be a number"),
+    (lambda: DraftPolicy("conf", theta=0.4), InvalidInput, "kmax", "conf needs kmax"),
+    (lambda: DraftPolicy("conf", theta=0.4, kmax=8, on="mean"), InvalidInput, "on", "on = 'mean' must be token or max"),
+    (lambda: DraftPolicy("specdec", h=1.0, kmax=4), InvalidInput, "h", r"h = 1 must be in \(0, 1\)"),
+    (lambda: DraftPolicy("hf", theta=-0.0), InvalidInput, "theta", r"theta = -0 must be in \[0, 1\)"),
+    (lambda: DraftPolicy("hf", schedule="fast"), InvalidInput, "schedule", "schedule = 'fast' must be constant"),
+    (lambda: DraftPolicy("fixed", k=4, theta=0.3), InvalidInput, "theta", "fixed has no field 'theta'"),
+    (lambda: DraftPolicy("bogus"), InvalidInput, "kind", r"kind = 'bogus' is unknown \(known: fixed, conf"),
+    (lambda: DraftPolicy(None), InvalidType, "kind", "kind must be a policy kind"),
+])
+def test_draft_policy_built_directly_is_checked(build, error, argument, match):
+    """#30 item 2: DraftPolicy(...) enforces what parse_policy enforces, with typed errors naming the field (on
+    7aba47f these were evaluated and returned numbers, and an unknown kind raised a bare TypeError)."""
+    with pytest.raises(error, match=match) as exc:
+        build()
+    assert exc.value.argument == argument
+
+
+def test_draft_policy_built_directly_equals_the_parsed_one():
+    assert DraftPolicy("conf", theta=0.4, kmax=8) == parse_policy("conf:theta=0.4,kmax=8")  # on=token filled in
+    assert DraftPolicy("hf") == parse_policy("hf") and DraftPolicy("fixed", k=np.int64(3)).k == 3
+    assert DraftPolicy("hf", theta=0).name == "hf(k=20,schedule=constant,theta=0,tune=roc)"
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("conf:theta=0.4", "conf needs kmax"),         # the grammar shows kmax as required: no silent kmax = 8
+    ("specdec:h=0.5,on=max", "specdec needs kmax"),
+    ("fixed:k=4)", "unbalanced parentheses"),
+    ("fixed(k=4", "unbalanced parentheses"),
+    ("hf:theta=-0", r"theta=-0 must be in \[0, 1\)"),
+    ("conf:theta=2", r"theta=2 must be in \(0, 1\)"),  # a bad value is still named before a missing field
+])
+def test_grammar_and_parser_agree(spec, match):
+    """#30 item 21: what POLICY_GRAMMAR shows is what parse_policy takes."""
+    assert "conf:theta=T,kmax=K[" in POLICY_GRAMMAR and "specdec:h=H,kmax=K[" in POLICY_GRAMMAR
+    with pytest.raises(InvalidInput, match=match):
+        parse_policy(spec)
+    assert parse_policy("fixed(k=4)") == parse_policy("fixed:k=4") and parse_policy("hf:theta=0").theta == 0.0
+
+
+@pytest.mark.parametrize("seed, error", [(None, InvalidType), (2**70, InvalidInput), (-2**63 - 1, InvalidInput),
+                                         (1.5, InvalidType), (True, InvalidType)])
+def test_policy_replays_check_the_seed(tmp_path, seed, error):
+    """#30 item 18: evaluate_policy and search_policies refuse a seed the verify functions refuse, with the same
+    typed check (on 7aba47f seed=None gave a plain TypeError and 2**70 was accepted)."""
+    P, Q, lengths = _tiny(2)
+    path = _save(tmp_path, P, Q, lengths)
+    with pytest.raises(error, match="seed"):
+        evaluate_policy(path, "d", "hf:k=3,theta=0.3", seed=seed)
+    with pytest.raises(error, match="seed"):
+        search_policies(path, "d", "dump", seed=seed)
+    with pytest.raises(error, match="seed"):
+        fastspec.verify_probs(np.full((1, 2, 2), 0.5), np.full((1, 1, 2), 0.5), np.zeros((1, 1), np.int64), seed=seed)
+    assert evaluate_policy(path, "d", "fixed:k=2", seed=2**64 - 1).mean_acceptance_length > 1
+
+
+def test_policy_replays_take_sampling_params(tmp_path):
+    """sampling= is a SamplingParams (issue 29, item 2); single settings go one by one, as in SimulateConfig."""
+    P, Q, lengths = _tiny(2)
+    path = _save(tmp_path, P, Q, lengths)
+    a = evaluate_policy(path, "d", "conf:theta=0.4,kmax=3", sampling=SamplingParams(temperature=1.0))
+    b = evaluate_policy(path, "d", "conf:theta=0.4,kmax=3", temperature=1.0)
+    assert a.mean_acceptance_length == b.mean_acceptance_length
+    with pytest.raises(InvalidType, match="sampling must be a SamplingParams"):
+        evaluate_policy(path, "d", "fixed:k=2", sampling={"temperature": 1.0})
+    with pytest.raises(InvalidInput, match="either as sampling= or one by one"):
+        evaluate_policy(path, "d", "fixed:k=2", sampling=SamplingParams(), top_p=0.9)

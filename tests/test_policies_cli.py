@@ -160,7 +160,7 @@ def test_library_bad_input(dump):
     with pytest.raises(InvalidInput, match="drafted_q has 1 values for 2 drafts"):
         state.update(2, 1, [0.5])
     with pytest.raises(InvalidInput, match="q_token = 1.5"):
-        parse_policy("conf:theta=0.5").start().keep_drafting(0, 1.5, 0.9)
+        parse_policy("conf:theta=0.5,kmax=8").start().keep_drafting(0, 1.5, 0.9)
 
 
 def test_policy_names_round_trip():

@@ -222,7 +222,7 @@ def test_mc_kernel_replays_the_online_state(spec):
 
 
 def test_mc_kernel_carries_the_heuristic_cap_like_start_previous():
-    """carry: successive sequences continue from the previous call's cap, as Policy.start(previous) does (and HF's
+    """carry: successive sequences continue from the previous call's cap, as DraftPolicy.start(previous) does (and HF's
     write-back to the assistant's generation_config); the plain step of the last token counts (+2)."""
     pol = parse_policy("hf:k=2,schedule=heuristic,theta=0.3")
     rng = np.random.default_rng(4)

@@ -34,7 +34,8 @@ def test_bonus_flag_is_false_after_a_rejection():
 def _tree_counts(p, q, tokens, parent, n, sampling="without_replacement"):
     B = n
     res = verify_tree_probs(np.tile(p, (B, len(tokens), 1)), np.tile(q, (B, len(tokens), 1)),
-                            np.tile(tokens, (B, 1)), parent=np.tile(parent, (B, 1)), sampling=sampling, seed=1)
+                            np.tile(tokens, (B, 1)), parent=np.tile(parent, (B, 1)), candidate_sampling=sampling,
+                            seed=1)
     first = res.tokens[:, 0]
     return np.bincount(first, minlength=len(p)) / B
 

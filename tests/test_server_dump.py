@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from fastspec.io import load_dump
 from fastspec.engines.vllm.runner import free_port
 from fastspec.io.servers import HttpClient, ServerError, VllmEngine
+from fastspec.params import SamplingParams
 from fastspec.server_dump import dump_from_servers, staging_dir, union_bounds
 from fastspec_cli.main import app
 
@@ -345,7 +346,7 @@ def test_vllm_dump_matches_the_toy_models_and_simulate_and_inspect_read_it(fakes
 def test_greedy_and_eos_lengths(fakes, tmp_path):
     _t, turl = fakes(name="toy")
     out = tmp_path / "g.npz"
-    res = dump_from_servers(out, turl, {}, PROMPTS[:2], max_new_tokens=5, sampling={"temperature": 0.0},
+    res = dump_from_servers(out, turl, {}, PROMPTS[:2], max_new_tokens=5, sampling=SamplingParams(temperature=0.0),
                             top_logprobs=3, ignore_eos=True)
     z = np.load(out)
     for i, p in enumerate(PROMPTS[:2]):
@@ -676,8 +677,7 @@ def test_recorded_vllm_responses_parse():
         assert info["version"] == "0.32.0" and info["model"] == rec["exchanges"][0]["response"]["body"]["data"][0]["id"]
         gen = rec["exchanges"][4]
         cont = gen["response"]["body"]["choices"][0]["token_ids"]
-        assert eng.generate(gen["request"]["prompt"], 6, {"temperature": 0.0, "top_k": 0, "top_p": 1.0,
-                                                          "min_p": 0.0}, 3, True) == cont
+        assert eng.generate(gen["request"]["prompt"], 6, SamplingParams(temperature=0.0), 3, True) == cont
         sc = rec["exchanges"][5]
         seq = sc["request"]["prompt"]
         s = eng.score(seq, 4, 4)
@@ -742,7 +742,7 @@ def test_real_vllm_server_dump_agrees_with_fastspec_dump(vllm_python, tmp_path):
                start_timeout_s=300) as urls:
         out = tmp_path / "server.npz"
         dump_from_servers(out, urls["target"], {"q4": urls["q4"]}, prompts, max_new_tokens=16,
-                          sampling={"temperature": 0.0}, ignore_eos=True, top_logprobs=20, timeout=120,
+                          sampling=SamplingParams(temperature=0.0), ignore_eos=True, top_logprobs=20, timeout=120,
                           concurrency=3)
     dense = tmp_path / "dense.npz"
     hf.dump_logits(str(dense), hf.load_model(target)[0], {"q4": hf.load_model(draft)[0]}, prompts, max_new_tokens=16,

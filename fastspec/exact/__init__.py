@@ -13,9 +13,9 @@ Modules, one concept each:
   ``alpha``, the residual ``max(p - q, 0)``, the recovered distribution (the
   residual *divided by its sum*), and the output
   ``accepted + (1 - alpha) * recovered`` which equals ``p`` exactly.
-* :mod:`~fastspec.exact.policies` -- verification policies (:data:`POLICIES`,
-  one registry; :func:`get_policy`) and :func:`audit_step`: exact policies
-  give total-variation distance 0 to the target, lossy ones show by how much
+* :mod:`~fastspec.exact.rules` -- verification rules (:data:`RULES`, one
+  registry; :func:`get_rule`, :class:`VerificationRule`) and :func:`audit_step`:
+  exact rules give total-variation distance 0 to the target, lossy ones show by how much
   they miss.
 * :mod:`~fastspec.exact.candidates` -- ``w`` candidates at one position by
   recursive rejection sampling (:func:`candidate_step`).
@@ -30,17 +30,8 @@ Modules, one concept each:
   the emitted token), for every ``method`` of :data:`METHODS`, both compared
   with the target's own autoregressive distribution.
 
-One name per exact enumeration.  The old names still work, warn with
-``DeprecationWarning`` and return the same result:
-
-=========================================================  ===================================================
-deprecated                                                 use
-=========================================================  ===================================================
-``block_verification_distribution(t, d, k)``               ``block_distribution(t, d, k, method="block")``
-``candidate_block_distribution(t, d, widths, sampling=s)`` ``block_distribution(t, d, len(widths),
-                                                           method="candidates", widths=widths, sampling=s)``
-``verification_sequence_distribution(t, d, k, n, ...)``    ``sequence_distribution(t, d, k, n, ...)``
-=========================================================  ===================================================
+One name per exact enumeration: :func:`block_distribution` and
+:func:`sequence_distribution`, each with a ``method``.
 
 Method names come from the registry :mod:`fastspec.methods` (plus
 "candidates" for token trees); bad input raises
@@ -56,14 +47,12 @@ from __future__ import annotations
 
 from fractions import Fraction as Fraction  # re-exported: fastspec.exact.Fraction
 
-from ._deprecated import (block_verification_distribution, candidate_block_distribution,
-                          verification_sequence_distribution)
 from .block import block_acceptance_weights
 from .candidates import CANDIDATE_SAMPLING, CandidateStep, candidate_step, top_candidates
 from .core import FLOAT_SUM_TOLERANCE, VerifyStep, as_distribution, to_fraction, total_variation, verify_step
 from .distributions import (METHODS, BlockDistribution, SequenceDistribution, block_distribution,
                             sequence_distribution)
-from .policies import POLICIES, Policy, PositionAudit, audit_step, get_policy, policy_parameters
+from .rules import RULES, PositionAudit, VerificationRule, audit_step, get_rule, rule_parameters
 from .walk import target_sequence_distribution
 
 __all__ = [
@@ -72,10 +61,10 @@ __all__ = [
     "total_variation",
     "VerifyStep",
     "verify_step",
-    "Policy",
-    "POLICIES",
-    "get_policy",
-    "policy_parameters",
+    "VerificationRule",
+    "RULES",
+    "get_rule",
+    "rule_parameters",
     "PositionAudit",
     "audit_step",
     "BlockDistribution",
@@ -90,8 +79,4 @@ __all__ = [
     "top_candidates",
     "CandidateStep",
     "candidate_step",
-    # deprecated aliases (see the table above)
-    "block_verification_distribution",
-    "candidate_block_distribution",
-    "verification_sequence_distribution",
 ]

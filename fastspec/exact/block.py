@@ -10,7 +10,7 @@ whole block of drafts jointly.  With p_i, q_i the target and draft distributions
 
 eta_i ~ Bernoulli(h_i) independently and tau = max{i : eta_i = 1} (0 if none): a later success rescues the
 earlier drafts.  tau < k emits Y ~ max(w_tau p_{tau+1} - q_{tau+1}, 0) / Z_{tau+1}; tau = k a bonus token from
-p_{k+1}.  It is not a per-position policy (tau depends on later positions): the rule walks every drafted path
+p_{k+1}.  It is not a per-position rule (tau depends on later positions): the rule walks every drafted path
 and decides at its end.  The public entry is :func:`~fastspec.exact.block_distribution` with ``method="block"``.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Starting from r = p, candidate x_s (drawn from the proposal g_s) is accepted with probability
 min(1, r(x_s) / g_s(x_s)); on rejection r <- normalize(max(r - g_s, 0)); if every candidate is rejected, a
-token is sampled from r.  Proposals (``sampling``, the names of :data:`fastspec.methods.CANDIDATE_SAMPLING`):
+token is sampled from r.  Proposals (``candidate_sampling``, the names of :data:`fastspec.methods.CANDIDATE_SAMPLING`):
 
 * "iid": g_s = q for every s (SpecInfer's multi-step speculative sampling);
 * "without_replacement": g_s = q with x_1..x_{s-1} removed and renormalized (recursive speculative decoding);
@@ -32,11 +32,6 @@ __all__ = ["CANDIDATE_SAMPLING", "top_candidates", "CandidateStep", "candidate_s
 CANDIDATE_SAMPLING = tuple(_REGISTRY)
 
 
-def check_sampling(sampling) -> str:
-    """``sampling`` if it names a candidate-sampling scheme, else InvalidInput."""
-    return check_candidate_sampling(sampling)
-
-
 def check_widths(widths) -> tuple:
     """``widths`` as a tuple of ints >= 1 (candidates per node, one per depth)."""
     if isinstance(widths, (numbers.Integral, str)):
@@ -54,21 +49,21 @@ def top_candidates(q: Sequence[Fraction], w: int) -> tuple:
     return tuple(order[:w])
 
 
-def candidate_outcomes(p: Dist, q: Dist, w: int, sampling: str, candidates: tuple | None = None) -> Iterator:
+def candidate_outcomes(p: Dist, q: Dist, w: int, candidate_sampling: str, candidates: tuple | None = None) -> Iterator:
     """Recursive rejection over the ``w`` candidates of one position.
 
     Yields :class:`~fastspec.exact.walk.Accept` ``(x, probability, s)`` for candidate x accepted at step s
     (1-based) and :class:`~fastspec.exact.walk.Emit` ``(probability, r)`` when every candidate was rejected.
-    ``candidates`` (deterministic sampling): the point masses, default the top-w of ``q``.
+    ``candidates`` (deterministic proposals): the point masses, default the top-w of ``q``.
     """
     V = len(p)
-    if sampling == "deterministic" and candidates is None:
+    if candidate_sampling == "deterministic" and candidates is None:
         candidates = top_candidates(q, w)
 
     def proposal(s: int, used: tuple):
-        if sampling == "iid":
+        if candidate_sampling == "iid":
             return q
-        if sampling == "deterministic":
+        if candidate_sampling == "deterministic":
             if s >= len(candidates):
                 return None
             return tuple(ONE if v == candidates[s] else ZERO for v in range(V))
@@ -100,13 +95,14 @@ class CandidateStep(ComparedWithTarget):
     """Exact anatomy of verifying ``w`` candidates at one position (all Fractions).
 
     ``accepted_at[s]``: probability that candidate s+1 is the accepted one; ``acceptance``: probability that
-    some candidate is accepted; ``output``: the emitted token's distribution (equals ``p`` for every sampling).
+    some candidate is accepted; ``output``: the emitted token's distribution (equals ``p`` for every proposal
+    scheme).
     """
 
     p: Dist
     q: Dist
     w: int
-    sampling: str
+    candidate_sampling: str
     candidates: tuple | None
     accepted_at: Dist
     acceptance: Fraction
@@ -114,27 +110,29 @@ class CandidateStep(ComparedWithTarget):
     total_variation: Fraction
 
 
-def candidate_step(p, q, w: int, *, sampling: str = "iid", candidates=None, normalize: bool = False) -> CandidateStep:
+def candidate_step(p, q, w: int, *, candidate_sampling: str = "iid", candidates=None,
+                   normalize: bool = False) -> CandidateStep:
     """Exact recursive rejection sampling of ``w`` candidates at one position (see the module docstring).
 
-    ``candidates`` (only with ``sampling="deterministic"``): the candidate ids, distinct, at most ``w``;
+    ``candidates`` (only with ``candidate_sampling="deterministic"``): the candidate ids, distinct, at most ``w``;
     default the top-w of ``q``.
     """
     p, q = pair(p, q, normalize)
     w = check_count(w, "w", 1, " (candidates per position)")
-    check_sampling(sampling)
+    check_candidate_sampling(candidate_sampling)
     if candidates is not None:
-        if sampling != "deterministic":
-            raise InvalidInput("candidates are given only with sampling='deterministic' (point-mass proposals); "
-                               f"drop candidates or set sampling='deterministic' (sampling is {sampling!r})")
+        if candidate_sampling != "deterministic":
+            raise InvalidInput("candidates are given only with candidate_sampling='deterministic' (point-mass "
+                               "proposals); drop candidates or set candidate_sampling='deterministic' "
+                               f"(candidate_sampling is {candidate_sampling!r})")
         candidates = tuple(check_count(c, f"candidates[{i}]") for i, c in enumerate(candidates))
         for i, c in enumerate(candidates):
             if c >= len(p) or c in candidates[:i]:
                 raise InvalidInput(f"candidates[{i}] = {c}: candidates {candidates} must be distinct ids "
                                    f"in [0, {len(p)})")
         w = min(w, len(candidates))
-    elif sampling == "deterministic":
+    elif candidate_sampling == "deterministic":
         candidates = top_candidates(q, w)
-    out, accepted = position_law(candidate_outcomes(p, q, w, sampling, candidates), len(p))
+    out, accepted = position_law(candidate_outcomes(p, q, w, candidate_sampling, candidates), len(p))
     at = tuple(accepted.get(s, ZERO) for s in range(1, w + 1))
-    return CandidateStep(p, q, w, sampling, candidates, at, sum(at, ZERO), out, total_variation(out, p))
+    return CandidateStep(p, q, w, candidate_sampling, candidates, at, sum(at, ZERO), out, total_variation(out, p))

@@ -2,9 +2,9 @@
 rollback (:func:`sequence_distribution`), for every verification method, compared with the target's own
 autoregressive distribution.
 
-``method`` (:data:`METHODS`): "token" (token-by-token verification with a per-position ``policy``), "block"
+``method`` (:data:`METHODS`): "token" (token-by-token verification with a per-position ``rule``), "block"
 (block verification, :mod:`fastspec.exact.block`) or "candidates" (token trees with ``widths[i]`` candidates
-per node at depth i + 1, drawn with ``sampling``, :mod:`fastspec.exact.candidates`).  All three are rules of
+per node at depth i + 1, drawn with ``candidate_sampling``, :mod:`fastspec.exact.candidates`).  All three are rules of
 the one step enumerator :func:`~fastspec.exact.walk.walk_step`.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import InvalidInput
-from ..methods import VERIFICATION_METHODS, check_method
+from ..methods import VERIFICATION_METHODS, check_candidate_sampling, check_method
 from . import block
-from .candidates import candidate_outcomes, check_sampling, check_widths
+from .candidates import candidate_outcomes, check_widths
 from .core import ONE, ZERO, ComparedWithTarget, Dist, check_count, tv_mappings
-from .policies import Policy, policy_outcomes, resolve_policy
+from .rules import VerificationRule, resolve_rule, rule_outcomes
 from .walk import Emit, Model, Rule, extend_with_target, models, target_sequence_distribution, walk_step
 
 __all__ = ["METHODS", "BlockDistribution", "block_distribution", "SequenceDistribution", "sequence_distribution"]
@@ -32,7 +32,7 @@ METHODS = (*VERIFICATION_METHODS, "candidates")
 class BlockDistribution(ComparedWithTarget):
     """Exact distribution of what one verify step with ``k`` drafts emits.
 
-    ``policy`` names what verified: the token-verification policy, ``"block"``, or
+    ``rule`` names what verified: the token-verification rule, ``"block"``, or
     ``"candidates:SAMPLING:W1xW2..."``.  ``emitted`` maps the emitted token tuple
     (accepted drafts, then the recovered or bonus token) to its probability.
     ``completed`` extends every emitted tuple to k + 1 tokens with the target's
@@ -43,7 +43,7 @@ class BlockDistribution(ComparedWithTarget):
     """
 
     k: int
-    policy: str
+    rule: str
     emitted: dict
     accepted_count: Dist  # P(j drafts accepted), j = 0..k
     expected_accepted: Fraction
@@ -59,7 +59,7 @@ class SequenceDistribution(ComparedWithTarget):
 
     k: int
     length: int
-    policy: str
+    rule: str
     distribution: dict
     target: dict
     total_variation: Fraction
@@ -93,45 +93,46 @@ def check_exact_method(method) -> str:
         raise InvalidInput(f"{exc}; or 'candidates' (token trees: widths= candidates per depth)") from None
 
 
-def _resolve(method, k: int, policy, policy_params, widths, sampling) -> _Method:
+def _resolve(method, k: int, rule, rule_params, widths, candidate_sampling) -> _Method:
     check_exact_method(method)
-    name = policy.name if isinstance(policy, Policy) else policy
-    if method != "token" and isinstance(name, str) and (name != "standard" or policy_params):
-        raise InvalidInput(f"policy {name!r} applies to token verification only (method='token'), not to "
-                           f"method={method!r}; drop policy and its parameters")
-    pol = resolve_policy(policy, policy_params)  # a bad name or type is refused whatever the method
-    if method != "candidates" and (widths is not None or sampling is not None):
-        raise InvalidInput(f"widths and sampling apply to method='candidates' only, not to method={method!r}")
+    name = rule.name if isinstance(rule, VerificationRule) else rule
+    if method != "token" and isinstance(name, str) and (name != "standard" or rule_params):
+        raise InvalidInput(f"rule {name!r} applies to token verification only (method='token'), not to "
+                           f"method={method!r}; drop rule and its parameters", argument="rule")
+    verifier = resolve_rule(rule, rule_params)  # a bad name or type is refused whatever the method
+    if method != "candidates" and (widths is not None or candidate_sampling is not None):
+        raise InvalidInput(f"widths and candidate_sampling apply to method='candidates' only, not to method={method!r}")
     if method == "token":
-        return _Method(pol.name, _per_position(lambda p, q, _depth: policy_outcomes(pol, p, q)))
+        return _Method(verifier.name, _per_position(lambda p, q, _depth: rule_outcomes(verifier, p, q)))
     if method == "block":
         return _Method("block", block.rule, block.START)
     widths = (1,) * k if widths is None else check_widths(widths)
     if len(widths) != k:
         raise InvalidInput(f"widths has {len(widths)} entries but k = {k}; give one width per depth")
-    sampling = check_sampling("iid" if sampling is None else sampling)
-    return _Method(f"candidates:{sampling}:{'x'.join(map(str, widths))}",
-                   _per_position(lambda p, q, depth: candidate_outcomes(p, q, widths[depth], sampling)))
+    candidate_sampling = check_candidate_sampling("iid" if candidate_sampling is None else candidate_sampling)
+    return _Method(f"candidates:{candidate_sampling}:{'x'.join(map(str, widths))}",
+                   _per_position(lambda p, q, depth: candidate_outcomes(p, q, widths[depth], candidate_sampling)))
 
 
 def block_distribution(target: Model, draft: Model, k: int, *, method: str = "token", prefix: tuple = (),
-                       policy: Policy | str = "standard", widths=None, sampling: str | None = None,
-                       **policy_params) -> BlockDistribution:
+                       rule: VerificationRule | str = "standard", widths=None, candidate_sampling: str | None = None,
+                       **rule_params) -> BlockDistribution:
     """Enumerate exactly one verify step with ``k`` drafts after ``prefix``.
 
     ``target`` and ``draft`` are functions ``prefix -> distribution`` (tuples of
     token ids to probability vectors over one vocabulary).  ``method``:
 
-    * ``"token"`` (default): token verification with ``policy`` (a name of
-      :data:`~fastspec.exact.POLICIES`, its parameters as keywords, or a :class:`Policy`);
+    * ``"token"`` (default): token verification with ``rule`` (a name of
+      :data:`~fastspec.exact.RULES`, its parameters as keywords, or a
+      :class:`~fastspec.exact.VerificationRule`);
     * ``"block"``: block verification (Sun et al. 2024);
     * ``"candidates"``: a token tree with ``widths[i]`` candidates per node at depth i + 1
-      (default ``(1,) * k``, which is token verification), drawn with ``sampling``
+      (default ``(1,) * k``, which is token verification), drawn with ``candidate_sampling``
       (default ``"iid"``); an accepted candidate's children are judged next, when all
       children of a node are rejected the residual token is emitted.
     """
     k = check_count(k, "k")
-    how = _resolve(method, k, policy, policy_params, widths, sampling)
+    how = _resolve(method, k, rule, rule_params, widths, candidate_sampling)
     t, d = models(target, draft)
     prefix = tuple(prefix)
     emitted, accepted = walk_step(t, d, k, how.rule, prefix, start=how.start)
@@ -143,19 +144,19 @@ def block_distribution(target: Model, draft: Model, k: int, *, method: str = "to
 
 
 def sequence_distribution(target: Model, draft: Model, k: int, length: int, *, method: str = "token",
-                          prefix: tuple = (), policy: Policy | str = "standard", widths=None,
-                          sampling: str | None = None, **policy_params) -> SequenceDistribution:
+                          prefix: tuple = (), rule: VerificationRule | str = "standard", widths=None,
+                          candidate_sampling: str | None = None, **rule_params) -> SequenceDistribution:
     """Enumerate repeated verify steps until ``length`` tokens exist.
 
     Each step starts from the context rolled back to the accepted prefix plus the
     emitted token (what the KV caches hold after rollback); tokens past
     ``length`` are cut off.  Compared with the target's own distribution over
-    ``length`` tokens.  ``method``, ``policy``, ``widths`` and ``sampling`` as in
+    ``length`` tokens.  ``method``, ``rule``, ``widths`` and ``candidate_sampling`` as in
     :func:`block_distribution`, for every step.
     """
     k = check_count(k, "k")
     length = check_count(length, "length")
-    how = _resolve(method, k, policy, policy_params, widths, sampling)
+    how = _resolve(method, k, rule, rule_params, widths, candidate_sampling)
     t, d = models(target, draft)
     prefix = tuple(prefix)
     steps: dict[tuple, dict] = {}

@@ -5,7 +5,7 @@ one vocabulary).  A verification method is a *rule*: at each node of the draft t
 there, as :class:`Accept` (the drafted or candidate token is kept and the walk goes one position deeper) or
 :class:`Emit` (the step ends: a token drawn from a distribution is emitted after the accepted drafts).
 :func:`walk_step` sums the probabilities of every path into the law of the emitted tuple and of the number of
-accepted drafts.  One-position rules (a :class:`~fastspec.exact.policies.Policy`, recursive rejection over
+accepted drafts.  One-position rules (a :class:`~fastspec.exact.rules.VerificationRule`, recursive rejection over
 ``w`` candidates) are read at a single node by :func:`position_law`.
 """
 from __future__ import annotations

@@ -38,8 +38,7 @@ from __future__ import annotations
 
 from .timing import measure_costs
 from .dumping import check_dump_path, dump_logits
-from .loop import (GenerateResult, SpecResult, generate, hf_generate, speculative_generate, teacher_forced_logits,
-                   timed_generate)
+from .loop import GenerateResult, SpecResult, generate, hf_generate, speculative_generate, timed_generate
 from .measure import ClockResult, MeasureResult, Measurement, measure
 from .models import (check_same_tokenizer, check_vocab_size, early_exit, eos_ids, load_model, load_tokenizer,
                      model_files, parse_draft_specs, parse_ngram_spec, quiet_logging, resolve_models, set_threads)
@@ -47,6 +46,7 @@ from .prediction import (Prediction, compare, predict, prediction_over_prompts, 
                          z_difference)
 from .pipeline import MeasureReport, measure_and_predict
 from .prompts import read_prompts
+from .teacher import teacher_forced_logits
 
 __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer", "resolve_models", "read_prompts",
            "generate", "teacher_forced_logits", "speculative_generate", "SpecResult", "dump_logits", "measure",

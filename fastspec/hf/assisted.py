@@ -62,7 +62,7 @@ class AssistantSettings:
     confidence_threshold: float | None = None
     label: str = HF_DEFAULTS
     prompt_lookup: tuple | None = None  # (num_tokens, max_matching_ngram_size): transformers' prompt lookup
-    policy: object = None  # the fastspec.policies.Policy it stands for (None: transformers' defaults, or fixed k)
+    policy: object = None  # the fastspec.policies.DraftPolicy it stands for (None: transformers' defaults, or fixed k)
 
     _FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
@@ -87,7 +87,7 @@ class AssistantSettings:
 
     @classmethod
     def from_policy(cls, policy) -> "AssistantSettings":
-        """The settings a :class:`fastspec.policies.Policy` (or its spec string) stands for in transformers:
+        """The settings a :class:`fastspec.policies.DraftPolicy` (or its spec string) stands for in transformers:
         ``fixed`` (k tokens, no threshold) or ``hf`` (its num_assistant_tokens, schedule and threshold).  The
         other kinds (``conf``, ``specdec``) have no transformers counterpart: InvalidInput naming ``policy``."""
         if isinstance(policy, str):

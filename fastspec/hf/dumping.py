@@ -33,8 +33,9 @@ from ..params import SamplingParams
 from ..processing import probabilities
 from .args import (as_token_ids, check_generation_positions, check_k, check_max_new_tokens, check_positions, eos_set,
                    positive_int)
-from .loop import derive_seed, generate, start_numba_pool, teacher_forced_logits
+from .loop import derive_seed, generate, start_numba_pool
 from .models import check_vocab_size
+from .teacher import teacher_forced_logits
 
 __all__ = ["dump_logits", "check_dump_path", "check_dump_positions", "DUMP_DTYPES", "STAGING_PREFIX",
            "DEFAULT_COST_K"]
@@ -287,7 +288,10 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
                 prompt_tokens[i, :len(prompt)] = prompt
                 put("target", i, rows[:L])
                 for name, m in models.items():
-                    lg = cap.logits(m, exits[name], L) if name in exits else teacher_forced_logits(m, prompt, cont)
+                    if name in exits:
+                        lg = cap.logits(m, exits[name], L)
+                    else:
+                        lg = teacher_forced_logits(m, prompt, cont, cached=False)
                     put(name, i, lg)
                     del lg
                 if progress is not None:

@@ -1,4 +1,5 @@
-"""Decoding with real models: plain sampling, the speculative loop, and teacher-forced scoring.
+"""Decoding with real models: plain sampling and the speculative loop (teacher-forced scoring:
+:func:`fastspec.hf.teacher.teacher_forced_logits`).
 
 * :func:`generate` / :func:`timed_generate` -- plain autoregressive sampling (the reference the speculative
   loop is compared with, and the baseline of every measured speed-up).
@@ -9,7 +10,6 @@
   decides (it receives the raw float32 logits and applies the sampling parameters itself, identically to p
   and q; an n-gram proposal is one-hot, ``draft_logits=None``); the KV caches are rolled back to the accepted
   prefix.
-* :func:`teacher_forced_logits` -- one model's logits for every token of a given continuation.
 
 Tokens are drawn with :func:`fastspec.processing.sample_tokens` (inverse CDF in token order over the processed
 distribution, greedy = argmax), one uniform of ``np.random.default_rng(seed)`` per token.  Conventions match
@@ -43,7 +43,7 @@ from .args import as_token_ids, check_k, check_max_new_tokens, eos_set
 from .runner import KVRunner
 
 __all__ = ["generate", "timed_generate", "hf_generate", "GenerateResult", "speculative_generate", "SpecResult",
-           "teacher_forced_logits", "derive_seed", "as_ngram", "as_policy"]
+           "derive_seed", "as_ngram", "as_policy"]
 
 # rng.random() lies in [0, 1), sample_tokens takes (0, 1]: an exact 0 (probability 2**-53) becomes the smallest
 # positive double, which, like 0 in an inverse CDF, selects the first token of positive probability.
@@ -250,17 +250,6 @@ def hf_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=
     return GenerateResult(tokens, first, total, first_token_in_prefill=True)
 
 
-@torch.inference_mode()
-def teacher_forced_logits(model, prompt_ids, continuation) -> np.ndarray:
-    """float32 [T, V]: row t is the logits ``model`` gives for continuation token t given prompt + tokens < t
-    (one forward pass, no cache)."""
-    prompt = as_token_ids(prompt_ids, "prompt_ids")
-    cont = [int(t) for t in np.asarray(continuation).reshape(-1)]
-    if not cont:
-        raise InvalidInput("continuation is empty")
-    return KVRunner(model, use_cache=False).logits(prompt + cont[:-1], len(cont))
-
-
 @dataclass
 class SpecResult:
     """What one :func:`speculative_generate` run produced and measured.
@@ -348,8 +337,8 @@ def as_ngram(draft) -> NgramProposer | None:
 
 
 def as_policy(policy, ngram: bool):
-    """``policy`` (a :class:`fastspec.policies.Policy`, its spec string, or None) as a Policy, or None; a policy
-    other than ``fixed`` needs a draft model (its probabilities): InvalidInput naming ``policy`` otherwise."""
+    """``policy`` (a :class:`fastspec.policies.DraftPolicy`, its spec string, or None) as a DraftPolicy, or None; a
+    policy other than ``fixed`` needs a draft model (its probabilities): InvalidInput naming ``policy`` otherwise."""
     if policy is None:
         return None
     from ..policies import parse_policy
@@ -357,7 +346,7 @@ def as_policy(policy, ngram: bool):
     pol = parse_policy(policy, name="policy") if isinstance(policy, str) else policy
     if not callable(getattr(pol, "start", None)):
         raise InvalidInput(f"policy = {shown(policy)} is invalid: give a spec string (fastspec.policies."
-                           "POLICY_GRAMMAR) or a fastspec.policies.Policy")
+                           "POLICY_GRAMMAR) or a fastspec.policies.DraftPolicy")
     if ngram and pol.kind != "fixed":
         raise InvalidInput(f"policy = {pol.name}: an n-gram draft has no probabilities to stop on; only fixed "
                            "policies (fixed:k=K) run with n-gram drafts")
@@ -391,7 +380,7 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
     tokens up to floating-point ties).  Stops after ``max_new_tokens`` or an EOS token (``eos_token_id=None``:
     never, every run emits exactly ``max_new_tokens``).
 
-    ``policy`` (:func:`fastspec.policies.parse_policy` spec or Policy; None: fixed ``k``, as above, and ``k`` is
+    ``policy`` (:func:`fastspec.policies.parse_policy` spec or DraftPolicy; None: fixed ``k``, as above, and ``k`` is
     ignored otherwise): one state per call (``policy.start()``); a step drafts at most ``d = min(state.budget(),
     max_new_tokens - generated - 1)`` tokens; after drafting token j the loop calls ``state.keep_drafting(j,
     q_j(x_j), max_v q_j(v))`` with the processed draft distribution (:func:`fastspec.probabilities`, the one the

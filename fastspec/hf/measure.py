@@ -346,7 +346,7 @@ def measure(target, drafts: Mapping, prompts: Sequence[Sequence[int]], ks: Seque
     every run makes exactly ``max_new_tokens`` tokens (``eos_token_id`` is not used).  Mean acceptance length
     = total emitted / total verify steps with a 95% CI from :func:`ratio_ci` over prompts (repeats of a prompt
     pooled); speed-ups as in the module docstring (``plain=False``: none).  ``policies``: draft-length policies
-    (spec strings or :class:`fastspec.policies.Policy`) run in fastspec's loop; ``hf_engine``: also Hugging
+    (spec strings or :class:`fastspec.policies.DraftPolicy`) run in fastspec's loop; ``hf_engine``: also Hugging
     Face's assisted generation (module docstring).  ``progress(1)`` is called after each timed run.  Returns a
     :class:`Measurement` (its results: fixed k per draft, then the policies, then the HF engine's rows)."""
 

@@ -207,7 +207,7 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
     from ..simulation import simulate
     from ..ngram import ngram_name
 
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    settings = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     drafts = list(drafts)
     ngram = dict(ngram or {})
     names = {name: ngram_name(p) for name, p in ngram.items()}
@@ -218,7 +218,7 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
     wanted = drafts + sorted(set(names.values()))
     if not wanted:
         raise InvalidInput("predict: give at least one draft")
-    sim = simulate(dump, k=list(ks), drafts=wanted, trials=trials, seed=seed, costs=table, **sampling)
+    sim = simulate(dump, k=list(ks), drafts=wanted, trials=trials, seed=seed, costs=table, **settings)
     over = {}
     for draft in drafts + list(names):
         for k in ks:
@@ -228,11 +228,11 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
                 lo, hi = r.ci95_sequences
                 over[(draft, k)] = (r.mean_acceptance_length_exact, r.standard_error_sequences, (hi - lo) / 2)
     out = Prediction(sim, over, names, table if table not in (None, False) else None)
-    _predict_policies(out, dump, drafts, policies, sampling, trials, seed, priced=costs is not False)
+    _predict_policies(out, dump, drafts, policies, settings, trials, seed, priced=costs is not False)
     return out
 
 
-def _predict_policies(out: Prediction, dump, drafts, policies, sampling, trials, seed, *, priced: bool) -> None:
+def _predict_policies(out: Prediction, dump, drafts, policies, settings: dict, trials, seed, *, priced: bool) -> None:
     """Fill ``out.policies`` (and ``out.policy_costs``) with every (model draft, policy)'s estimate."""
     from ..io import open_dump
     from ..policies import parse_policies
@@ -250,11 +250,11 @@ def _predict_policies(out: Prediction, dump, drafts, policies, sampling, trials,
         if out.policy_costs is None:
             with open_dump(dump) as d:
                 out.policy_costs = d.costs
-    given = {k: v for k, v in sampling.items() if v is not None}
+    given = {k: v for k, v in settings.items() if v is not None}
     for draft in drafts:
         for pol in pols:
-            out.policies[(draft, pol.name)] = evaluate_policy(dump, draft, pol, sampling=given or None,
-                                                              trials=trials or DEFAULT_POLICY_TRIALS, seed=seed)
+            out.policies[(draft, pol.name)] = evaluate_policy(dump, draft, pol, trials=trials or DEFAULT_POLICY_TRIALS,
+                                                              seed=seed, **given)
 
 
 def relative_error(measured: float | None, predicted: float | None, lower: float | None = None,

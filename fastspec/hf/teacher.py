@@ -3,7 +3,8 @@
 ``teacher_forced_logits(model, prompt_ids, continuation)`` runs the model once over ``prompt + continuation[:-1]``
 and returns the logits that predicted each continuation token, float32 [len(continuation), V] (row t is the
 distribution the model had for ``continuation[t]`` given the prompt and ``continuation[:t]``).  Positions are
-checked against the model's ``max_position_embeddings`` first.  :class:`TeacherCache` loads each model path once
+checked against the model's ``max_position_embeddings`` first; ``cached=False`` runs the one forward without a KV
+cache.  :class:`TeacherCache` loads each model path once
 (a directory or a GGUF file, :func:`fastspec.hf.load_model`) and is what callers that get paths pass around.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, InvalidType
 from .runner import KVRunner
 
 __all__ = ["teacher_forced_logits", "teacher_forced_logit_chunks", "TeacherCache", "vocab_size", "CHUNK_FLOATS"]
@@ -52,9 +53,14 @@ def teacher_forced_logit_chunks(model, prompt_ids: Sequence[int], token_ids: Seq
 
 
 
-def teacher_forced_logits(model, prompt_ids: Sequence[int], continuation: Sequence[int]) -> np.ndarray:
+def teacher_forced_logits(model, prompt_ids: Sequence[int], continuation: Sequence[int], *,
+                          cached: bool = True) -> np.ndarray:
     """float32 [len(continuation), V]: the logits that predicted each continuation token (module docstring),
-    ids and positions checked first; one KV-cached pass (:func:`teacher_forced_logit_chunks`)."""
+    ids and positions checked first.  ``cached`` True (default): one KV-cached pass, the prompt prefilled first
+    (:func:`teacher_forced_logit_chunks`); False: one forward over ``prompt + continuation[:-1]`` without a KV
+    cache (what the dumps and the timing crops use: the same numbers as the target's own no-cache pass)."""
+    if not isinstance(cached, bool):
+        raise InvalidType(f"cached must be True or False, got {type(cached).__name__}", argument="cached")
     prompt = [int(t) for t in prompt_ids]
     cont = [int(t) for t in continuation]
     if not prompt:
@@ -71,6 +77,9 @@ def teacher_forced_logits(model, prompt_ids: Sequence[int], continuation: Sequen
     if limit is not None and n > int(limit):
         raise InvalidInput(f"prompt + continuation need {n} positions, more than the model's "
                            f"max_position_embeddings {limit}")
+    if not cached:
+        with torch.inference_mode():
+            return np.asarray(KVRunner(model, use_cache=False).logits(prompt + cont[:-1], len(cont)), np.float32)
     return np.concatenate([np.asarray(lg, np.float32) for _, lg in
                            teacher_forced_logit_chunks(model, prompt, cont, chunk=len(cont))])
 

@@ -38,7 +38,8 @@ from ..stats import median_se
 from ..verify import verify_logits
 from .args import (MAX_K, MAX_NEW_TOKENS, as_token_ids, check_k, check_max_new_tokens, check_positions, int_in,
                    positive_int)
-from .loop import draw_token, generate, serial_kernels, start_numba_pool, teacher_forced_logits
+from .loop import draw_token, generate, serial_kernels, start_numba_pool
+from .teacher import teacher_forced_logits
 from .runner import BatchKVRunner, KVRunner
 
 __all__ = ["measure_costs", "check_cost_context", "check_batch_budget", "batch_axis", "measure_batch_costs",
@@ -254,7 +255,8 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
         druns[name] = KVRunner(m)
         druns[name].logits(ctx, 1)
     crop_name = next(iter(models), None)  # the draft whose cache the overhead crops (model flavour)
-    qrows = teacher_forced_logits(models[crop_name], ctx, toks[C:C + K]) if crop_name is not None else None
+    qrows = (teacher_forced_logits(models[crop_name], ctx, toks[C:C + K], cached=False) if crop_name is not None
+             else None)
     proposers = {name: dataclasses.replace(p, k=min(K, MAX_K)) for name, p in ngrams.items()}
     timer = _Timer()
 
@@ -393,7 +395,7 @@ def batch_axis(target, models: Mapping, ngrams: Mapping, *, toks: Sequence[int],
     druns = {(name, b): BatchKVRunner(m, ctx, b) for name, m in models.items() for b in bs}
     crop_name = next(iter(models), None)
     # real draft rows for the draws: the draft's logits over the fed tokens, [K, V]
-    qrows = teacher_forced_logits(models[crop_name], ctx, new[:K]) if crop_name is not None else None
+    qrows = teacher_forced_logits(models[crop_name], ctx, new[:K], cached=False) if crop_name is not None else None
     steps = list(range(1, K + 1)) if ngrams else list(ks)
     timer = _Timer()
 

@@ -53,7 +53,7 @@ def argmax_acceptance(d, name: str, sp, acc: DraftAcceptance) -> DraftAcceptance
             r = rows[s:s + 256]
             x, y = ch.target[r - ch.start], ch.drafts[name][r - ch.start]
             p = probabilities(x, **kw)
-            flat[r] = candidate_acceptance(p, probabilities(y, **kw), 1, sampling="deterministic",
+            flat[r] = candidate_acceptance(p, probabilities(y, **kw), 1, candidate_sampling="deterministic",
                                            draft_logits=np.asarray(y, dtype=np.float64))
     return DraftAcceptance(name, valid, alpha=alpha)
 

@@ -227,28 +227,12 @@ def draft_modes(draft_sampling, candidate_sampling) -> tuple[str, str]:
     return draft_sampling, want
 
 
-def sampling_overrides(sampling) -> dict:
+def sampling_overrides(sampling, loose: dict) -> dict:
     """{name: value} of the explicitly requested sampling settings (validated); the others come from the dump.
 
-    ``sampling``: None (the dump's recorded settings), a :class:`fastspec.params.SamplingParams` (every setting
-    given) or a mapping of some of ``temperature``, ``top_k``, ``top_p``, ``min_p`` (None values: the dump's).
-    (The policy replays' ``sampling``; :class:`SimulateConfig` takes a SamplingParams or the settings one by one.)"""
-    if sampling is None:
-        return {}
-    if isinstance(sampling, SamplingParams):
-        return sampling.as_dict()
-    if not isinstance(sampling, Mapping):
-        raise InvalidType(f"sampling must be a SamplingParams, a mapping of its settings or None (the dump's "
-                          f"recorded settings), got {type(sampling).__name__}")
-    unknown = set(sampling) - set(SAMPLING_NAMES)
-    if unknown:
-        raise InvalidInput(f"unknown sampling parameter(s): {', '.join(sorted(map(str, unknown)))}")
-    return {n: _scalar(n, sampling[n]) for n in SAMPLING_NAMES if sampling.get(n) is not None}
-
-
-def _sampling_settings(sampling, loose: dict) -> dict:
-    """The explicit sampling settings: ``sampling`` (a SamplingParams: every setting) or the ``loose`` ones given
-    one by one (None: the dump's), not both."""
+    ``sampling``: None or a :class:`fastspec.params.SamplingParams` (every setting given); ``loose``: the settings
+    given one by one (``temperature=``, ``top_k=``, ``top_p=``, ``min_p=``; None: the dump's), not both.  One
+    convention for :class:`SimulateConfig` and the policy replays (``evaluate_policy``, ``search_policies``)."""
     given = {}
     for name in SAMPLING_NAMES:
         if loose[name] is not None:
@@ -434,7 +418,7 @@ class SimulateConfig:
             ks = parse_k_list(self.k)
         with about("policies"):
             policies = parse_policies(self.policies, name="policies")
-        overrides = _sampling_settings(self.sampling, {n: getattr(self, n) for n in SAMPLING_NAMES})
+        overrides = sampling_overrides(self.sampling, {n: getattr(self, n) for n in SAMPLING_NAMES})
         with about("mode"):
             mode = check_mode(self.mode)
         with about("trials"):

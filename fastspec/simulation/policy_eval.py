@@ -40,8 +40,10 @@ import numpy as np
 
 from .._kernels.codes import RULE_FIXED, RULE_SPECDEC, RULE_THRESHOLD
 from .._kernels.policy import N_P, P_ACCEPTED, P_DRAFTED, P_STEPS, policy_dp, policy_mc
+from .._numba.rng import seed_bits
 from ..errors import InvalidInput, InvalidType
-from ..policies import Policy, parse_policy
+from ..params import SamplingParams
+from ..policies import DraftPolicy, parse_policy
 from ..stats import batch_means_ci, ratio_ci
 from .config import check_trials, sampling_overrides
 from .policy_features import PolicyFeatures, policy_features
@@ -215,7 +217,7 @@ def step_costs(cost, draft, nmax, p_all, needed=None):
     raise InvalidType(f"cost must be a StepCost, a CostTable or a simulator pricing, got {type(cost).__name__}")
 
 
-def check_policy_dump(d, draft: str, policy: Policy, *, flag: str = "--policy") -> None:
+def check_policy_dump(d, draft: str, policy: DraftPolicy, *, flag: str = "--policy") -> None:
     """InvalidInput when ``policy`` cannot be replayed on ``draft`` of dump ``d`` (n-gram draft, sparse dump)."""
     if draft not in d.drafts:
         need = "needs the draft's probabilities; an n-gram draft has none" if policy.needs_draft_probs else \
@@ -230,7 +232,7 @@ def check_policy_dump(d, draft: str, policy: Policy, *, flag: str = "--policy") 
                            f"--k {policy.k} (bounds)")
 
 
-def _codes(policy: Policy):
+def _codes(policy: DraftPolicy):
     """(rule, on_token, theta, h, k0, heuristic, tune) of the kernels."""
     if policy.kind == "fixed":
         return RULE_FIXED, True, 0.0, 0.0, policy.k, False, False
@@ -243,7 +245,7 @@ def _codes(policy: Policy):
     return rule, True, policy.theta, 0.0, policy.k, heur, policy.tune == "roc" and policy.theta > 0
 
 
-def needed_thetas(policy: Policy, method: str = "auto") -> list[float]:
+def needed_thetas(policy: DraftPolicy, method: str = "auto") -> list[float]:
     """The on=token thresholds whose exact sums the exact DP of ``policy`` needs."""
     if _method(policy, method) != "exact":
         return []
@@ -349,12 +351,14 @@ def _open_dump(dump):
     return open_dump(dump), True
 
 
-def evaluate_policy(dump, draft: str | None, policy, *, sampling=None, trials: int = DEFAULT_POLICY_TRIALS,
-                    seed: int = 0, progress=None, method: str = "auto", carry: bool = False) -> PolicyEstimate:
-    """Expected figures of ``policy`` (a spec or :class:`fastspec.policies.Policy`) for ``draft`` (None: the dump's
+def evaluate_policy(dump, draft: str | None, policy, *, sampling: SamplingParams | None = None, temperature=None,
+                    top_k=None, top_p=None, min_p=None, trials: int = DEFAULT_POLICY_TRIALS, seed: int = 0,
+                    progress=None, method: str = "auto", carry: bool = False) -> PolicyEstimate:
+    """Expected figures of ``policy`` (a spec or :class:`fastspec.policies.DraftPolicy`) for ``draft`` (None: the dump's
     only draft) of a dense ``dump`` (path or open dump), by exact DP or Monte-Carlo (``method`` "auto": exact where
-    the policy allows).  ``sampling``: None (the dump's recorded settings), a SamplingParams or a mapping of some
-    of its settings.  ``trials`` (Monte-Carlo replays per sequence, 2 to 10**6) and ``seed`` key the draws.
+    the policy allows).  ``sampling``: None (the dump's recorded settings) or a SamplingParams; or single settings
+    one by one (``temperature=`` etc., the others the dump's).  ``trials`` (Monte-Carlo replays per sequence, 2 to
+    10**6) and ``seed`` key the draws.
     ``progress(n)``: positions read, then sequences replayed.  ``carry`` (hf with schedule=heuristic): replay the
     sequences as successive generate() calls of one assistant, the cap carried over (Monte-Carlo)."""
     from ..acceptance import resolve_sampling
@@ -362,7 +366,9 @@ def evaluate_policy(dump, draft: str | None, policy, *, sampling=None, trials: i
     policy = parse_policy(policy, name="policy")
     how = _method(policy, "mc" if _check_carry(policy, carry) else method)
     trials = check_trials(trials, high=MAX_POLICY_TRIALS)
-    overrides = sampling_overrides(sampling)
+    seed_bits(seed)  # the typed check the verify functions use: an integer in [-2**63, 2**64)
+    overrides = sampling_overrides(sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                                                               min_p=min_p))
     d, own = _open_dump(dump)
     try:
         if draft is None:

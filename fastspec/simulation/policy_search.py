@@ -16,8 +16,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..config import MAX_K
+from .._numba.rng import seed_bits
 from ..errors import InvalidInput, InvalidType
-from ..policies import Policy, parse_policy
+from ..params import SamplingParams
+from ..policies import DraftPolicy, parse_policy
 from .config import check_trials, sampling_overrides
 from .policy_eval import (DEFAULT_POLICY_TRIALS, MAX_POLICY_TRIALS, PolicyEstimate, _open_dump, check_policy_dump,
                           evaluate_features, needed_thetas, step_costs)
@@ -103,7 +105,7 @@ def _priced_max(cost, draft, p_all=0.0) -> int:
     return n
 
 
-def default_grid(k_priced: int) -> list[Policy]:
+def default_grid(k_priced: int) -> list[DraftPolicy]:
     """The search grid for draft lengths up to ``k_priced`` (module docstring)."""
     K = max(1, min(k_priced, MAX_K))
     kmaxes = sorted({k for k in (2, 3, 4, 6, 8, 12, 16, 20) if k <= K} | {K})
@@ -128,13 +130,15 @@ def _cost_of(costs):
 
 
 def search_policies(dump, draft: str | None, costs, *, grid=None, budget_s: float = 120.0, progress=None,
-                    sampling=None, trials: int = DEFAULT_POLICY_TRIALS, seed: int = 0,
+                    sampling: SamplingParams | None = None, temperature=None, top_k=None, top_p=None, min_p=None,
+                    trials: int = DEFAULT_POLICY_TRIALS, seed: int = 0,
                     include_hf_default: bool = True) -> PolicySearch:
     """Search ``grid`` (policy specs / Policies; None: :func:`default_grid`) for the largest predicted speed-up of
     ``draft`` (None: the dump's only draft) of a dense ``dump`` under ``costs`` (a :class:`fastspec.costs.CostTable`,
     its mapping or path, a StepCost, a simulator pricing; "dump": the dump's recorded table).  ``budget_s``: seconds
     of evaluation after the pass (> 0).  ``progress(done, total)`` after each point.  Monte-Carlo points (HF's
-    default) use ``trials`` replays per sequence keyed by ``seed``."""
+    default) use ``trials`` replays per sequence keyed by ``seed``.  ``sampling``: None (the dump's recorded
+    settings) or a SamplingParams; or single settings one by one (``temperature=`` etc.)."""
     from ..acceptance import resolve_sampling
 
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not (budget_s > 0 and
@@ -143,7 +147,9 @@ def search_policies(dump, draft: str | None, costs, *, grid=None, budget_s: floa
     if progress is not None and not callable(progress):
         raise InvalidType("progress must be a function (done, total) or None")
     trials = check_trials(trials, high=MAX_POLICY_TRIALS)
-    overrides = sampling_overrides(sampling)
+    seed_bits(seed)  # the typed check the verify functions use: an integer in [-2**63, 2**64)
+    overrides = sampling_overrides(sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p,
+                                                               min_p=min_p))
     given = None if grid is None else [parse_policy(g, name="grid") for g in grid]
     d, own = _open_dump(dump)
     try:

@@ -210,6 +210,6 @@ def candidate_beta(d, name, sp, w, candidate_sampling, valid) -> np.ndarray:
             p = probabilities(x[r], **kw)
             q = probabilities(y[r], **kw)
             flat[n0 * d.T + r] = candidate_acceptance(
-                p, q, w, sampling=candidate_sampling,
+                p, q, w, candidate_sampling=candidate_sampling,
                 draft_logits=np.asarray(y[r], dtype=np.float64) if candidate_sampling == "deterministic" else None)
     return beta

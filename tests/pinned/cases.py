@@ -103,7 +103,7 @@ def verify_outputs():
                 if sampling != "iid":
                     q[sib] = 0
                 toks[b, n] = rng.choice(20, p=q / q.sum())
-        r = fastspec.verify_tree_probs(tp, tq, toks, parent=parent, sampling=sampling, seed=5)
+        r = fastspec.verify_tree_probs(tp, tq, toks, parent=parent, candidate_sampling=sampling, seed=5)
         out[f"verify_tree_probs/{sampling}"] = {"tokens": r.tokens.tolist(), "path": r.path.tolist()}
     out["row_seeds"] = {"values": [int(s) for s in fastspec.row_seeds(2 ** 40 + 3, 5)]}
     return out

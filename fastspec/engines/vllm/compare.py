@@ -109,7 +109,7 @@ class EngineComparison:
     engine: str
     engine_version: str
     target: str
-    sampling: dict
+    sampling: SamplingParams
     max_new_tokens: int
     prompts: int
     plain_tokens_per_s: float
@@ -120,6 +120,7 @@ class EngineComparison:
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
+        d["sampling"] = self.sampling.as_dict()
         d["rows"] = [dict(r.__dict__) for r in self.rows]
         return d
 
@@ -287,6 +288,6 @@ def compare_vllm(target: str, drafts: Sequence[EngineDraft], prompts: Sequence[S
     verdict = ("; ".join(parts) + ".") if parts else (
         "vLLM's counters agree with fastspec's exact prediction" +
         (" and every output passes the audit." if audit else "."))
-    return EngineComparison("vllm", plain.vllm_version, target, sampling.as_dict(), max_new_tokens, len(prompts),
+    return EngineComparison("vllm", plain.vllm_version, target, sampling, max_new_tokens, len(prompts),
                             plain_tps, rows, plain_audit.as_dict() if plain_audit is not None else None, warnings,
                             verdict)

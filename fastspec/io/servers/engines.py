@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ...config import LOGPROB_SUM_TOLERANCE
 from ...errors import InvalidInput, shown
+from ...params import SamplingParams
 from .client import HttpClient, ServerError, body_bound, finite_or_none
 
 __all__ = ["Scored", "VllmEngine", "SglangEngine", "ENGINES", "make_engine"]
@@ -145,14 +146,14 @@ class VllmEngine:
             raise ServerError(f"{self.client.where('/v1/completions')} ({what}): no choices in the response")
         return ch[0]
 
-    def generate(self, prompt: list, max_new_tokens: int, sampling: dict, seed: int, ignore_eos: bool,
+    def generate(self, prompt: list, max_new_tokens: int, sampling: SamplingParams, seed: int, ignore_eos: bool,
                  what: str = "generate") -> list:
-        body = {"prompt": list(prompt), "max_tokens": int(max_new_tokens), "temperature": sampling["temperature"],
-                "top_p": sampling["top_p"], "min_p": sampling["min_p"], "seed": int(seed),
+        body = {"prompt": list(prompt), "max_tokens": int(max_new_tokens), "temperature": sampling.temperature,
+                "top_p": sampling.top_p, "min_p": sampling.min_p, "seed": int(seed),
                 "ignore_eos": bool(ignore_eos), "return_tokens_as_token_ids": True, "return_token_ids": True,
                 "skip_special_tokens": False}
-        if sampling["top_k"]:
-            body["top_k"] = int(sampling["top_k"])
+        if sampling.top_k:
+            body["top_k"] = int(sampling.top_k)
         ch = self._completion(body, what, 2 * len(prompt) + int(max_new_tokens))
         ids = ch.get("token_ids")
         where = f"{self.client.where('/v1/completions')} ({what})"
@@ -257,13 +258,13 @@ class SglangEngine:
         rows = rows if isinstance(rows, list) else []
         return {"texts": [row[2] if isinstance(row, list) and len(row) > 2 else None for row in rows]}
 
-    def generate(self, prompt: list, max_new_tokens: int, sampling: dict, seed: int, ignore_eos: bool,
+    def generate(self, prompt: list, max_new_tokens: int, sampling: SamplingParams, seed: int, ignore_eos: bool,
                  what: str = "generate") -> list:
-        sp = {"max_new_tokens": int(max_new_tokens), "temperature": sampling["temperature"],
-              "top_p": sampling["top_p"], "min_p": sampling["min_p"], "ignore_eos": bool(ignore_eos),
+        sp = {"max_new_tokens": int(max_new_tokens), "temperature": sampling.temperature,
+              "top_p": sampling.top_p, "min_p": sampling.min_p, "ignore_eos": bool(ignore_eos),
               "sampling_seed": int(seed), "skip_special_tokens": False}
-        if sampling["top_k"]:
-            sp["top_k"] = int(sampling["top_k"])
+        if sampling.top_k:
+            sp["top_k"] = int(sampling.top_k)
         r = self._generate({"input_ids": list(prompt), "sampling_params": sp}, what, 2 * len(prompt) + max_new_tokens)
         return _token_list(r.get("output_ids"), f"{self.client.where('/generate')} ({what})", "output_ids")
 

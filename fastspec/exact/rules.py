@@ -1,9 +1,10 @@
-"""Verification policies for one drafted position, one registry of them, and the audit of a policy.
+"""Verification rules for one drafted position, one registry of them (:data:`RULES`), and the audit of a rule.
 
-A policy decides, for the drafted token x ~ q, with which probability x is accepted and what is emitted
-otherwise.  Exact policies give total-variation distance 0 to the target; lossy ones show by how much they
+A rule decides, for the drafted token x ~ q, with which probability x is accepted and what is emitted
+otherwise.  Exact rules give total-variation distance 0 to the target; lossy ones show by how much they
 miss (:func:`audit_step` for one position; :func:`~fastspec.exact.block_distribution` and
-:func:`~fastspec.exact.sequence_distribution` with ``policy=`` for whole verify steps).
+:func:`~fastspec.exact.sequence_distribution` with ``rule=`` for whole verify steps).  The command line calls
+them verification policies.
 """
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from ..errors import InvalidInput, InvalidType
 from .core import ONE, ZERO, ComparedWithTarget, Dist, normalized, pair, residual, to_fraction, total_variation
 from .walk import Accept, Emit, position_law
 
-__all__ = ["Policy", "POLICIES", "get_policy", "policy_parameters", "PositionAudit", "audit_step"]
+__all__ = ["VerificationRule", "RULES", "get_rule", "rule_parameters", "resolve_rule", "rule_outcomes",
+           "PositionAudit", "audit_step"]
 
 Decision = tuple  # (accept probability: Fraction, distribution on rejection: Dist | None)
 
 
 @dataclass(frozen=True)
-class Policy:
+class VerificationRule:
     """A verification rule for one drafted position.
 
     ``decide(p, q, x)`` returns ``(a, r)``: accept the drafted token ``x`` (sampled
@@ -113,7 +115,7 @@ def _exact_match(p: Dist, _q: Dist, x: int) -> Decision:
 class _Entry:
     description: str
     claims_exact: bool
-    build: Callable[..., Callable]  # the policy's parameters (Fractions, by name) -> decide
+    build: Callable[..., Callable]  # the rule's parameters (Fractions, by name) -> decide
     params: Mapping[str, str | None] = field(default_factory=dict)  # parameter -> default (None: required)
 
 
@@ -151,21 +153,21 @@ _REGISTRY: dict[str, _Entry] = {
         True, lambda: _exact_match),
 }
 
-#: Policy names and what they do.
-POLICIES: dict[str, str] = {name: entry.description for name, entry in _REGISTRY.items()}
+#: Verification rule names and what they do.
+RULES: dict[str, str] = {name: entry.description for name, entry in _REGISTRY.items()}
 
 
 def _entry(name) -> _Entry:
     if not isinstance(name, str):
-        raise InvalidType(f"policy must be a policy name ({', '.join(POLICIES)}) or a Policy, "
-                          f"got {type(name).__name__}")
+        raise InvalidType(f"rule must be a rule name ({', '.join(RULES)}) or a VerificationRule, "
+                          f"got {type(name).__name__}", argument="rule")
     if name not in _REGISTRY:
-        raise InvalidInput(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}")
+        raise InvalidInput(f"unknown verification rule {name!r}; choose one of: {', '.join(RULES)}", argument="rule")
     return _REGISTRY[name]
 
 
-def policy_parameters(name: str) -> dict[str, str | None]:
-    """The parameters policy ``name`` takes, each with its default (``None``: it must be given)."""
+def rule_parameters(name: str) -> dict[str, str | None]:
+    """The parameters rule ``name`` takes, each with its default (``None``: it must be given)."""
     return dict(_entry(name).params)
 
 
@@ -178,47 +180,49 @@ def _parameter(name: str, value) -> Fraction:
     return v
 
 
-def get_policy(name: str, *, tau=None, epsilon=None, delta=None) -> Policy:
-    """Build a verification policy by name (see :data:`POLICIES` for the names).
+def get_rule(name: str, *, tau=None, epsilon=None, delta=None) -> VerificationRule:
+    """Build a verification rule by name (see :data:`RULES` for the names).
 
     ``tau`` (``prune_by_draft_prob``, ``prune_by_draft_prob_corrected``; required) and ``epsilon``, ``delta``
     (``typical_acceptance``; default 0.09 and 0.3) are numbers as :func:`~fastspec.exact.to_fraction` reads
-    them.  A parameter the policy does not take is refused, not ignored.
+    them.  A parameter the rule does not take is refused, not ignored.
     """
     entry = _entry(name)
     given = {k: v for k, v in (("tau", tau), ("epsilon", epsilon), ("delta", delta)) if v is not None}
     for param in given:
         if param not in entry.params:
             takers = [n for n, e in _REGISTRY.items() if param in e.params]
-            raise InvalidInput(f"policy {name!r} takes no {param}; {param} applies to: {', '.join(takers)}")
+            raise InvalidInput(f"rule {name!r} takes no {param}; {param} applies to: {', '.join(takers)}")
     values = {}
     for param, default in entry.params.items():
         value = given.get(param, default)
         if value is None:
-            raise InvalidInput(f"policy {name!r} needs {param}, {_PARAMETERS[param][0]}; pass e.g. {param}='0.3'")
+            raise InvalidInput(f"rule {name!r} needs {param}, {_PARAMETERS[param][0]}; pass e.g. {param}='0.3'")
         values[param] = _parameter(param, value)
-    return Policy(name, entry.build(**values), entry.claims_exact, entry.description, values)
+    return VerificationRule(name, entry.build(**values), entry.claims_exact, entry.description, values)
 
 
-def resolve_policy(policy, params: Mapping) -> Policy:
-    """``policy`` as a :class:`Policy`: built by name with ``params``, or given as one (then without params)."""
-    if isinstance(policy, Policy):
+def resolve_rule(rule, params: Mapping) -> VerificationRule:
+    """``rule`` as a :class:`VerificationRule`: built by name with ``params``, or given as one (then without
+    params)."""
+    if isinstance(rule, VerificationRule):
         if params:
-            raise InvalidInput(f"policy parameters ({', '.join(params)}) apply only to a policy given by name; "
-                               f"the Policy {policy.name!r} is already built")
-        return policy
+            raise InvalidInput(f"rule parameters ({', '.join(params)}) apply only to a rule given by name; "
+                               f"the VerificationRule {rule.name!r} is already built")
+        return rule
     unknown = [k for k in params if k not in _PARAMETERS]
     if unknown:
-        raise InvalidType(f"unknown policy parameter {unknown[0]!r}; policies take: {', '.join(_PARAMETERS)}")
-    return get_policy(policy, **params)  # a name; anything else is refused there (InvalidType)
+        raise InvalidType(f"unknown rule parameter {unknown[0]!r}; rules take: {', '.join(_PARAMETERS)}",
+                          argument=unknown[0])
+    return get_rule(rule, **params)  # a name; anything else is refused there (InvalidType)
 
 
-def policy_outcomes(policy: Policy, p: Dist, q: Dist) -> Iterator:
-    """What ``policy`` does at one drafted position: :class:`~fastspec.exact.walk.Accept` / ``Emit`` outcomes."""
+def rule_outcomes(rule: VerificationRule, p: Dist, q: Dist) -> Iterator:
+    """What ``rule`` does at one drafted position: :class:`~fastspec.exact.walk.Accept` / ``Emit`` outcomes."""
     for x, qx in enumerate(q):
         if qx == 0:
             continue
-        a, rejected = policy.decide(p, q, x)
+        a, rejected = rule.decide(p, q, x)
         if a:
             yield Accept(x, qx * a)
         if a != 1:
@@ -230,9 +234,9 @@ def policy_outcomes(policy: Policy, p: Dist, q: Dist) -> Iterator:
 
 @dataclass(frozen=True)
 class PositionAudit(ComparedWithTarget):
-    """Exact output distribution of a policy at one position, with its acceptance and TV to the target."""
+    """Exact output distribution of a rule at one position, with its acceptance and TV to the target."""
 
-    policy: str
+    rule: str
     p: Dist
     q: Dist
     output: Dist
@@ -240,13 +244,14 @@ class PositionAudit(ComparedWithTarget):
     total_variation: Fraction
 
 
-def audit_step(p, q, policy: Policy | str = "standard", *, normalize: bool = False, **params) -> PositionAudit:
-    """Exact output distribution, acceptance and TV to ``p`` of ``policy`` at one drafted position.
+def audit_step(p, q, rule: VerificationRule | str = "standard", *, normalize: bool = False,
+               **params) -> PositionAudit:
+    """Exact output distribution, acceptance and TV to ``p`` of ``rule`` at one drafted position.
 
-    ``policy``: a name of :data:`POLICIES` (then ``params`` are its parameters, see :func:`get_policy`) or a
-    :class:`Policy`.
+    ``rule``: a name of :data:`RULES` (then ``params`` are its parameters, see :func:`get_rule`) or a
+    :class:`VerificationRule`.
     """
-    policy = resolve_policy(policy, params)
+    rule = resolve_rule(rule, params)
     p, q = pair(p, q, normalize)
-    out, accepted = position_law(policy_outcomes(policy, p, q), len(p))
-    return PositionAudit(policy.name, p, q, out, sum(accepted.values(), ZERO), total_variation(out, p))
+    out, accepted = position_law(rule_outcomes(rule, p, q), len(p))
+    return PositionAudit(rule.name, p, q, out, sum(accepted.values(), ZERO), total_variation(out, p))
