@@ -93,7 +93,8 @@ def measure_command(
     entry = check_engine_flags(engine, {  # a flag the engine does not take is refused by name (the registry)
         "--policy": bool(policy), "--no-hf-generate": not hf_generate,
         "--draft-sample-method": draft_sample_method is not None, "--vllm-python": vllm_python is not None,
-        "--runs-dir": runs_dir is not None, "--dump": dump is not None, "--save-dump": save_dump is not None,
+        "--runs-dir": runs_dir is not None, "--no-audit": not audit, "--dump": dump is not None,
+        "--save-dump": save_dump is not None,
         "--top-k-save": top_k_save is not None, "--costs": costs is not None, "--repeats": repeats != 1,
         "--trials": trials is not None, "--threads": threads is not None, "--cost-repeats": cost_repeats != 20},
         ignore_eos=ignore_eos)
@@ -138,6 +139,7 @@ def measure_command(
         with option_errors("--save-dump"):
             hf.check_dump_path(save_dump)
     specs = check_drafts(hf, draft)  # a malformed n-gram specification: one line, before any loading
+    _check_policy_drafts(hf, specs, policies)
     from fastspec.errors import InvalidInput, InvalidType
 
     try:
@@ -168,6 +170,17 @@ def measure_command(
         return
     _print_tables(report.rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, report.warnings)
     render_policy_rows(stdout_console(), report.rows, meas)
+
+
+def _check_policy_drafts(hf, specs: dict, policies: list) -> None:
+    """A policy other than fixed runs on model drafts only (an n-gram draft has no probabilities): with n-gram drafts
+    alone it would run on none, so it is refused before any loading, as ``simulate`` refuses it."""
+    if not policies or any(hf.parse_ngram_spec(spec) is None for spec in specs.values()):
+        return
+    for p in policies:
+        if p.kind != "fixed":
+            fail(f"--policy {p.name}: policies other than fixed replay model drafts and this measurement has none (an "
+                 "n-gram draft has no probabilities; use --k for it)")
 
 
 def _print_tables(rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, warnings) -> None:

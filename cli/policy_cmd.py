@@ -117,6 +117,9 @@ def policy_search_command(
     finally:
         if stop is not None:
             stop()
+    # the wall clock goes to stderr, never into the results: two identical runs print the same bytes on stdout
+    console.print(f"policy-search: {len(res.evaluated)} of {res.total} points in {res.elapsed_s:.1f} s",
+                  highlight=False)
     if as_json:
         print_json(res.as_dict())
         return

@@ -104,12 +104,16 @@ from .io.tokens import MAX_TOKEN_FILE_BYTES, TokenRecord, check_token_ids, read_
 __all__ = ["OutputAudit", "AuditResult", "GroupResult", "audit_output", "ks_pvalue", "ks_statistic",
            "ad_statistic", "ad_pvalue", "poisson_binomial_sf", "argmax_score_pvalue", "surprisal_score_pvalue",
            "TokenRecord", "read_token_file", "check_token_ids", "normal_z_p", "POOLED_TESTS", "SURPRISAL_FLOOR",
-           "DEFAULT_ALPHA", "DEFAULT_EPSILON", "MAX_TOKEN_FILE_BYTES"]
+           "DEFAULT_ALPHA", "DEFAULT_EPSILON", "MAX_TOKEN_FILE_BYTES", "PROBS_SUM_TOLERANCE"]
 
 DEFAULT_ALPHA = 1e-6
 DEFAULT_EPSILON = 1e-6
 DEFAULT_TAIL_TOLERANCE = 0.25  # nats
 DEFAULT_GREEDY_TOLERANCE = 0.5  # logits
+#: how far a row of :meth:`OutputAudit.add_probs` may sum from 1 (the audit renormalizes within it): softmax rows
+#: rounded to float32 sum within ~2e-7 of 1, to float16 within ~5e-4 (underflowed tails), to bfloat16 within
+#: ~2e-3 (half an ulp is 2**-9 of each probability); a row off by more is not a distribution
+PROBS_SUM_TOLERANCE = 1e-2
 
 
 # --------------------------------------------------------------------------------------------------- results
@@ -228,8 +232,8 @@ class OutputAudit:
         from .params import SamplingParams
 
         self.params = SamplingParams(temperature, top_k, top_p, min_p)
+        self._seed_bits = seed_bits(seed)  # typed: None, a float, 2**70 are refused naming seed
         self.seed = int(seed)
-        self._seed_bits = seed_bits(seed)
         self.epsilon = _float_param("epsilon", epsilon, 0.0, 1.0)
         self.alpha = _float_param("alpha", alpha, 0.0, 0.5)
         self.tail_tolerance = _float_param("tail_tolerance", tail_tolerance, 0.0, 10.0, open_low=False)
@@ -280,7 +284,8 @@ class OutputAudit:
 
     def add_probs(self, prompt, positions, probs, tokens) -> None:
         """Add ``tokens[i]`` emitted at ``positions[i]`` of prompt ``prompt`` (an int, or one per row) from the
-        processed distribution ``probs[i]`` (float [n, V], non-negative, each row with a positive sum)."""
+        processed distribution ``probs[i]`` (float [n, V], non-negative, each row summing to 1 within
+        :data:`PROBS_SUM_TOLERANCE`)."""
         from ._kernels.pit import pit_rows, score_rows
 
         if self.greedy:
@@ -298,8 +303,12 @@ class OutputAudit:
         if neg.any():
             raise InvalidInput(f"probs[{int(np.argmax(neg))}] holds a negative probability")
         sums = p.sum(axis=1)
-        if (sums <= 0).any():
-            raise InvalidInput(f"probs[{int(np.argmax(sums <= 0))}] sums to 0")
+        off = np.abs(sums - 1.0) > PROBS_SUM_TOLERANCE
+        if off.any():
+            i = int(np.argmax(off))
+            raise InvalidInput(f"probs[{i}] sums to {float(sums[i]):.6g}, not 1 (within {PROBS_SUM_TOLERANCE:g}): "
+                               "pass each emitted token's processed distribution (fastspec.probabilities), or raw "
+                               "logits with add_logits")
         n = toks.size
         u, px, pi = np.empty(n), np.empty(n), np.empty(n)
         tail = np.empty(n, np.bool_)

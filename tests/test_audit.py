@@ -462,6 +462,40 @@ def test_bad_input_names_argument_and_index():
         OutputAudit(temperature=-1)
 
 
+@pytest.mark.parametrize("total", [0.5, 2.0, 10.0, 1 - 0.011, 1 + 0.011])
+def test_rows_that_are_not_distributions_are_refused(total):
+    """Issue #30, item 3: rows summing to 0.5, 2 or 10 were accepted (the audit renormalized them) and passed.  A
+    row off 1 by more than PROBS_SUM_TOLERANCE is refused, naming the row, its sum and the tolerance."""
+    from fastspec.audit import PROBS_SUM_TOLERANCE
+
+    p = np.full((2, 4), 0.25)
+    p[1] *= total
+    a = OutputAudit()
+    with pytest.raises(InvalidInput, match=r"probs\[1\] sums to .*not 1 \(within 0\.01\)"):
+        a.add_probs(0, [0, 1], p, [0, 1])
+    assert PROBS_SUM_TOLERANCE == 0.01 and a.tokens == 0
+
+
+def test_rounded_model_rows_pass_the_sum_check():
+    """The tolerance admits real rows: a 152k-vocabulary softmax rounded to float32, float16 and bfloat16."""
+    rng = np.random.default_rng(3)
+    lg = rng.standard_normal((4, 152_064)) * 8
+    p = np.exp(lg - lg.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    toks = np.argmax(p, axis=1)
+    for rows in (p.astype(np.float32), p.astype(np.float16), to_bf16(p.astype(np.float32))):
+        OutputAudit().add_probs(0, np.arange(4), rows, toks)
+
+
+@pytest.mark.parametrize("seed, error", [(None, InvalidType), (1.5, InvalidType), ("3", InvalidType),
+                                         (2 ** 70, InvalidInput), (-2 ** 64, InvalidInput)])
+def test_audit_seed_is_checked_like_the_verify_functions(seed, error):
+    """Issue #30, item 18: seed=None gave a plain TypeError from int(), and seed=2**70 was accepted."""
+    with pytest.raises(error, match="seed"):
+        OutputAudit(seed=seed)
+    assert OutputAudit(seed=2 ** 64 - 1).seed == 2 ** 64 - 1
+
+
 # ----------------------------------------------------------------------------------------------- numerics
 def to_bf16(x: np.ndarray) -> np.ndarray:
     """float32 rounded to bfloat16 (round to nearest even), returned as float32."""

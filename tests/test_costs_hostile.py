@@ -252,3 +252,66 @@ def test_hostile_values_from_a_mapping_are_typed_errors_with_a_short_message(val
     with pytest.raises(InvalidInput, match="must be a finite number of seconds") as exc:
         CostTable.from_dict(t)
     assert len(str(exc.value)) < 200
+
+
+# ------------------------------------------------------------------ issue #30, item 1: keys that are not canonical
+@pytest.mark.parametrize("key", [" 3", "3 ", "\t3", "+3", "03", "3\n"])
+@pytest.mark.parametrize("where", ["target.forward_s", "overhead_s", "target.batch_forward_s",
+                                   "batch_overhead_s", "drafts.batch_forward_s", "relative"])
+def test_keys_that_are_not_the_canonical_decimal_are_refused(key, where):
+    """Issue #30, item 1: " 3" beside "3" parsed as 3 too, and the later value silently won (the verdict moved from
+    k = 2 to k = 1).  Every integer-keyed map refuses a key that is not the canonical decimal, naming it and the
+    fix."""
+    t = _table(version=2)
+    if where == "target.forward_s":
+        t["target"]["forward_s"][key] = 0.5
+    elif where == "overhead_s":
+        t["overhead_s"][key] = 0.5
+    elif where == "target.batch_forward_s":
+        t["target"]["batch_forward_s"] = {"2": {"1": 0.03}, key: {"1": 0.05}}
+    elif where == "batch_overhead_s":
+        t["batch_overhead_s"] = {"2": {"0": 0.001}, "4": {key: 0.002}}
+    elif where == "drafts.batch_forward_s":
+        t["drafts"]["near"]["batch_forward_s"] = {"2": {"1": 0.004}, key: {"1": 0.005}}
+    if where == "relative":
+        with pytest.raises(InvalidInput, match="canonical decimal") as exc:
+            VerifyCost.parse({"1": 1.02, key: 1.1})
+    else:
+        with pytest.raises(InvalidInput, match="canonical decimal") as exc:
+            CostTable.from_dict(t)
+    assert repr(key) in str(exc.value) and 'write it as "3"' in str(exc.value)
+
+
+def test_a_padded_key_no_longer_changes_the_verdict(tmp_path):
+    """The issue's repro, end to end: a table with "3" and " 3" is one error line, exit 2, naming the key."""
+    text = json.dumps(TABLE)[:-1] + "}"
+    text = text.replace('"3": 0.023', '"3": 0.023, " 3": 0.5', 1)
+    assert '" 3"' in text
+    path = _write(tmp_path, text)
+    code, _, err = _cli("simulate", DUMP, "--k", "1", "--costs", path)
+    assert_one_line_exit_2(code, err, "' 3'", "canonical decimal")
+
+
+# ------------------------------------------------------------------ issue #30, item 22: an orphan standard error
+@pytest.mark.parametrize("place", ["target", "draft", "overhead", "target-n"])
+def test_an_orphan_batch_standard_error_is_refused(place):
+    """Issue #30, item 22: batch_forward_s_se for a batch size with no batch_forward_s was ignored without a word."""
+    t = _table(version=2)
+    if place == "target":
+        t["target"]["batch_forward_s"] = {"2": {"1": 0.03}}
+        t["target"]["batch_forward_s_se"] = {"2": {"1": 0.001}, "4": {"1": 0.001}}
+        needle = 'target.batch_forward_s_se has batch size "4"'
+    elif place == "target-n":
+        t["target"]["batch_forward_s"] = {"2": {"1": 0.03}}
+        t["target"]["batch_forward_s_se"] = {"2": {"1": 0.001, "2": 0.001}}
+        needle = 'target.batch_forward_s_se["2"] has "2"'
+    elif place == "draft":
+        t["drafts"]["near"]["batch_forward_s_se"] = {"8": {"1": 0.001}}
+        needle = "drafts['near'].batch_forward_s_se has batch size \"8\""
+    else:
+        t["batch_overhead_s"] = {"2": {"0": 0.001}}
+        t["batch_overhead_s_se"] = {"4": {"0": 0.0001}}
+        needle = 'batch_overhead_s_se has batch size "4"'
+    with pytest.raises(InvalidInput) as exc:
+        CostTable.from_dict(t)
+    assert needle in str(exc.value) and "remove the standard error" in str(exc.value)

@@ -182,6 +182,7 @@ def test_the_registry_lists_every_engine_and_its_flags():
     from fastspec.engines.registry import ENGINE_FLAGS, ENGINES, engine, engines_help
 
     assert list(ENGINES) == ["fastspec", "hf", "vllm"]
+    assert "--no-audit" in ENGINES["vllm"].flags and "--no-audit" not in ENGINES["fastspec"].flags
     for e in ENGINES.values():
         assert set(e.flags) <= set(ENGINE_FLAGS) and set(e.refuses) <= set(ENGINE_FLAGS)
         assert e.pipeline in ("loop", "counters") and callable(e.measure_function())
@@ -357,6 +358,15 @@ def assert_one_line_error(res, code, *needles):
     (["--engine", "sglang", "--draft", "ngram"], ["--engine sglang is unknown", "fastspec, hf, vllm"]),
     (["--draft", "ngram", "--vllm-python", "py"], ["--vllm-python applies to --engine vllm only"]),
     (["--draft", "ngram", "--runs-dir", "d"], ["--runs-dir applies to --engine vllm only"]),
+    # issue #30, item 15: --no-audit was silently accepted by the loop engines
+    (["--draft", "ngram", "--no-audit"], ["--no-audit applies to --engine vllm only, not to --engine fastspec"]),
+    (["--engine", "hf", "--ignore-eos", "--draft", "ngram.hf", "--no-audit"],
+     ["--no-audit applies to --engine vllm only, not to --engine hf"]),
+    # issue #30, item 16: a policy other than fixed on n-gram drafts alone was dropped with a JSON note
+    (["--draft", "ngram", "--policy", "conf:theta=0.4,kmax=4"],
+     ["--policy conf(theta=0.4,kmax=4", "replay model drafts and this measurement has none"]),
+    (["--draft", "a=ngram", "--draft", "b=ngram.hf", "--policy", "fixed:k=2", "--policy", "hf:theta=0.4"],
+     ["--policy hf(", "n-gram draft has no probabilities"]),
     (["--engine", "vllm", "--draft", "ngram.vllm"], ["add --ignore-eos"]),
     (["--engine", "vllm", "--ignore-eos", "--draft", "ngram.vllm", "--dump", "x.npz"], ["--dump applies to fastspec"]),
     (["--engine", "vllm", "--ignore-eos", "--draft", "ngram.vllm", "--repeats", "3"], ["--repeats"]),

@@ -1,6 +1,8 @@
 """Issue #19, items outside the cost tables and n-gram drafts: seeds, exact entries (each failed before its fix)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -61,3 +63,34 @@ def test_set_threads_is_bounded_by_the_cpus_this_process_may_use():
     with pytest.raises(InvalidInput, match="threads"):
         hf.set_threads(available_cpus() + 1)
     assert hf.set_threads(1) == 1
+
+
+# ------------------------------------------------------------------ issue #30, item 23: paths as the user typed them
+def test_dump_paths_and_their_staging_are_printed_as_typed(tmp_path, monkeypatch):
+    """The --save-dump / dump parent directory was printed absolute, and the staging directory made absolute."""
+    pytest.importorskip("torch")
+    from fastspec.hf import dumping
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInput) as exc:
+        dumping.check_dump_path("no/such/d.npz")
+    assert "directory no/such does not exist" in str(exc.value) and str(tmp_path) not in str(exc.value)
+    os.mkdir("sub")
+    staged = dumping._stage("sub/d.npz")
+    assert staged.startswith("sub" + os.sep + dumping.STAGING_PREFIX) and os.path.isdir(staged)
+    staged = dumping._stage("d.npz")
+    assert os.path.dirname(staged) == "." and os.path.isdir(staged)
+
+
+def test_vllm_model_drafts_keep_the_path_as_typed(tmp_path, monkeypatch):
+    """A vLLM model draft's path was made absolute for the messages; the runner makes it absolute for vLLM."""
+    from fastspec.engines.vllm.measure import engine_drafts
+    from fastspec.engines.vllm.runner import speculative_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "drafts" / "small").mkdir(parents=True)
+    (d,) = engine_drafts(["drafts/small"])
+    assert (d.name, d.kind, d.path) == ("small", "model", "drafts/small")
+    (d,) = engine_drafts(["x=drafts/small/"])
+    assert (d.name, d.path) == ("x", "drafts/small/")
+    assert speculative_config(d.path, 2)["model"] == str(tmp_path / "drafts" / "small")

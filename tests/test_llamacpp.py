@@ -332,6 +332,9 @@ def test_hostile_files(tmp_path, made, how, needle):
     ("{not json", "not valid JSON"), ('{"target": 3}', "'target' must be"), ('{"tgt": "a"}', "unknown key"),
     ('{"target": "t.kld", "drafts": {"a__b": "near.kld"}}', "draft name"),
     ('{"target": "missing.kld"}', "no such file"), ("[1, 2]", None),
+    # issue #30, item 17: a NUL byte gave "ValueError: embedded null byte", exit 1
+    ('{"target": "t\\u0000.kld"}', "'target' = 't\\x00.kld' holds a NUL byte"),
+    ('{"target": "t.kld", "drafts": {"near": "near.kld\\u0000"}}', "'drafts'['near'] = 'near.kld\\x00' holds a NUL"),
 ])
 def test_bad_manifests(made, tmp_path, text, needle):
     import os
@@ -345,6 +348,22 @@ def test_bad_manifests(made, tmp_path, text, needle):
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     if needle:
         assert needle in r.stderr, r.stderr
+
+
+def test_a_nul_byte_in_a_base_file_path_is_a_format_error():
+    """Issue #30, item 17, the library side: a path that no file system takes is named, not a ValueError."""
+    with pytest.raises(DumpFormatError, match="NUL byte"):
+        LlamaCppDump("t\x00.kld")
+
+
+@pytest.mark.parametrize("how", ["nan", "positive"])
+def test_row_header_errors_print_plain_numbers(tmp_path, made, how):
+    """Issue #30, item 23: llama.cpp row errors printed numpy's repr, `scale=np.float32(nan)`."""
+    man, _ = _hostile(tmp_path, made, how)
+    r = run("inspect", man)
+    assert r.exit_code == 2, r.stderr
+    assert "np.float32" not in r.stderr and "float32(" not in r.stderr, r.stderr
+    assert ("scale=nan" if how == "nan" else "min_log_prob=3.0)") in r.stderr, r.stderr
 
 
 def test_scheduler_refused_and_not_a_dump(made, tmp_path):

@@ -185,6 +185,15 @@ def test_search_budget_truncates_and_says_so(dump, costs):
         "fixed(k=2)", "conf(theta=0.5,kmax=4,on=token)", "hf(k=20,schedule=constant,theta=0.4,tune=roc)"}
 
 
+def test_policy_search_json_is_byte_identical_and_the_clock_goes_to_stderr(dump, costs):
+    """Issue #30, item 20: --json carried elapsed_s (the wall clock), so two identical runs differed."""
+    a = run("policy-search", dump, "--costs", costs, "--trials", "10", "--json")
+    b = run("policy-search", dump, "--costs", costs, "--trials", "10", "--json")
+    assert a.exit_code == 0 and b.exit_code == 0, a.stderr
+    assert a.stdout == b.stdout and "elapsed" not in a.stdout
+    assert " points in " in a.stderr and a.stderr.strip().endswith(" s"), a.stderr
+
+
 def test_relative_se_of_a_histogram_reduces_to_loop_cost():
     from fastspec.costs import CostTable, StepCost
     from fastspec.simulation.policy_eval import _relative_se

@@ -131,3 +131,38 @@ def test_plot_without_matplotlib(dump, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     r = run("simulate", dump, "--plot", tmp_path / "p.png")
     assert r.exit_code == 2 and "pip install 'fastspec[plot]'" in r.stderr
+
+
+def _top_lists(x, top):
+    x = np.asarray(x, dtype=np.float64)
+    lp = x - x.max(-1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
+    ids = np.argsort(-lp, axis=-1, kind="stable")[..., :top].astype(np.int32)
+    return ids, np.take_along_axis(lp, ids, -1).astype(np.float32)
+
+
+def test_argmax_drafts_on_a_sparse_dump_without_vocab_size(tmp_path):
+    """Issue #30, item 4: --draft-sampling argmax crashed with a TypeError (`< None`) on a sparse dump without
+    vocab_size, i.e. on every dump-server output.  It gives the documented bounds: they contain the dense dump's
+    exact figures and equal those of the same lists with vocab_size recorded."""
+    rng = np.random.default_rng(11)
+    n, t, v = 3, 12, 16
+    target = rng.normal(0, 2, (n, t, v))
+    draft = target + rng.normal(0, 1.0, (n, t, v))
+    dense = save_dump(str(tmp_path / "dd.npz"), target, {"d": draft}, temperature=1.0)
+    lists = (_top_lists(target, 4), {"d": _top_lists(draft, 4)})
+    bare = save_dump(str(tmp_path / "sp.npz"), *lists, temperature=1.0)
+    sized = save_dump(str(tmp_path / "spv.npz"), *lists, temperature=1.0, vocab_size=v)
+    out = {}
+    for name, path in (("dense", dense), ("bare", bare), ("sized", sized)):
+        r = run("simulate", path, "--k", "1,3", "--draft-sampling", "argmax", "--json")
+        assert r.exit_code == 0 and "Traceback" not in r.stderr, r.stderr
+        assert "NaN" not in r.stdout
+        out[name] = json.loads(r.stdout)["results"]
+    for x, y, z in zip(out["dense"], out["bare"], out["sized"], strict=True):
+        assert y["draft_sampling"] == "argmax" and y["kind"] == "bounds"
+        assert y["alpha_lower"] - 1e-9 <= x["alpha"] <= y["alpha_upper"] + 1e-9
+        assert y["mean_acceptance_length_lower"] - 1e-9 <= x["mean_acceptance_length_exact"]
+        assert x["mean_acceptance_length_exact"] <= y["mean_acceptance_length_upper"] + 1e-9
+        for key in ("alpha_lower", "alpha_upper", "mean_acceptance_length_lower", "mean_acceptance_length_upper"):
+            assert y[key] == z[key]

@@ -103,11 +103,16 @@ def int_keyed(obj, where: str, first: int, form: str) -> list:
         raise InvalidInput(f"{where} must be a non-empty object {form}")
     out = []
     for key, val in obj.items():
-        text = str(key).strip()
-        if not (text.isascii() and text.isdigit()) or len(text) > 7:
-            raise InvalidInput(f"{where}: key {shown(str(key))} is not an integer in [{first}, {MAX_ENTRY_N}]")
+        text = str(key)
+        canonical = text.isascii() and text.isdigit() and len(text) <= 7 and str(int(text)) == text
+        if not canonical:  # " 3", "3 ", "+3", "03": each would collide with "3", the later value silently winning
+            plain = text.strip().lstrip("+")
+            if not (plain.isascii() and plain.isdigit()) or len(plain) > 7:
+                raise InvalidInput(f"{where}: key {shown(text)} is not an integer in [{first}, {MAX_ENTRY_N}]")
+            raise InvalidInput(f"{where}: key {shown(text)} is not a canonical decimal integer (no spaces, sign or "
+                               f'leading zeros); write it as "{int(plain)}"')
         n = int(text)
-        if n < first or n > MAX_ENTRY_N or str(n) != text:
+        if n < first or n > MAX_ENTRY_N:
             raise InvalidInput(f"{where}: key {key!r} must be an integer in [{first}, {MAX_ENTRY_N}]")
         out.append((n, key, val))
     return out
@@ -156,8 +161,19 @@ def _batch_axis(obj, key, where, *, first: int, positive: bool = True, only_n1: 
 
 
 def _batch_pair(obj, key, where, *, first: int, only_n1: bool = False) -> tuple[dict, dict]:
-    return (_batch_axis(obj, key, where, first=first, only_n1=only_n1),
-            _batch_axis(obj, key + "_se", where, first=first, positive=False, only_n1=only_n1))
+    """The batch field ``key`` and its standard errors ``key_se``; a standard error of an entry the field lacks (a
+    batch size, or an n at a batch size) is refused: it would be ignored without a word."""
+    values = _batch_axis(obj, key, where, first=first, only_n1=only_n1)
+    errors = _batch_axis(obj, key + "_se", where, first=first, positive=False, only_n1=only_n1)
+    for b, row in sorted(errors.items()):
+        if b not in values:
+            raise InvalidInput(f"cost table: {where}{key}_se has batch size \"{b}\" but {where}{key} has none; add "
+                               f"{where}{key}[\"{b}\"] or remove the standard error")
+        orphan = sorted(set(row) - set(values[b]))
+        if orphan:
+            raise InvalidInput(f"cost table: {where}{key}_se[\"{b}\"] has \"{orphan[0]}\" but "
+                               f"{where}{key}[\"{b}\"] has none; add that time or remove the standard error")
+    return values, errors
 
 
 def _batch_fields_need_v2(obj) -> None:

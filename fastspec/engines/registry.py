@@ -28,8 +28,9 @@ from ..errors import InvalidInput
 __all__ = ["Engine", "ENGINES", "ENGINE_FLAGS", "engine", "engine_names", "check_engine_flags", "engines_help"]
 
 #: measure's flags that only some engines take (every other flag of ``fastspec measure`` applies to all)
-ENGINE_FLAGS = ("--policy", "--no-hf-generate", "--draft-sample-method", "--vllm-python", "--runs-dir", "--dump",
-                "--save-dump", "--top-k-save", "--costs", "--repeats", "--trials", "--threads", "--cost-repeats")
+ENGINE_FLAGS = ("--policy", "--no-hf-generate", "--draft-sample-method", "--vllm-python", "--runs-dir", "--no-audit",
+                "--dump", "--save-dump", "--top-k-save", "--costs", "--repeats", "--trials", "--threads",
+                "--cost-repeats")
 _LOOP_FLAGS = ("--policy", "--dump", "--save-dump", "--top-k-save", "--costs", "--repeats", "--trials", "--threads",
                "--cost-repeats")
 
@@ -79,7 +80,7 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("vllm", "--engine vllm", "vllm (vLLM's offline engine, in its own environment: --vllm-python; drafts "
            "are model directories or ngram.vllm...; needs --ignore-eos)", "counters",
            "fastspec.engines.vllm.measure:measure_vllm", flags=("--draft-sample-method", "--vllm-python",
-                                                                "--runs-dir"),
+                                                                "--runs-dir", "--no-audit"),
            fixed_length="--engine vllm compares fixed-length runs (vLLM counts drafts accepted past the end of a "
                         "request): add --ignore-eos",
            conventions="fastspec.engines.vllm.conventions:VLLM"),

@@ -52,10 +52,10 @@ def check_dump_path(out) -> str:
     """``out`` as a path a new dump can be written to, else InvalidInput: an ``.npz`` file (overwritten if it
     exists), or a directory that does not exist yet or is empty; its parent directory must exist."""
     out = os.fspath(out)
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
+    parent = os.path.dirname(os.path.normpath(out))  # as typed: relative stays relative
+    if not os.path.isdir(parent or "."):
         raise InvalidInput(f"out {out!r}: directory {parent} does not exist")
-    if os.path.basename(os.path.abspath(out)).startswith("."):
+    if os.path.basename(os.path.normpath(out)).startswith("."):
         raise InvalidInput(f"out {out!r}: a name starting with '.' is never read as a shard and is reserved for "
                            "temporary files; choose another name")
     if os.path.isdir(out):
@@ -177,7 +177,7 @@ def _check_costs_arg(costs):
 
 def _stage(out: str) -> str:
     """A dot-named staging directory next to ``out`` (same file system: the final rename is atomic)."""
-    return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=os.path.dirname(os.path.abspath(out)))
+    return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=os.path.dirname(os.path.normpath(out)) or ".")
 
 
 def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 128,
@@ -310,7 +310,7 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
             table = costs
         if compressed is None:
             compressed = sparse
-        final = os.path.join(staging, os.path.basename(os.path.abspath(out)))
+        final = os.path.join(staging, os.path.basename(os.path.normpath(out)))
         save_dump(final, values["target"], {name: values[name] for name in models}, tokens=tokens, lengths=lengths,
                   **params.as_dict(), vocab_size=V, compressed=bool(compressed) and out.endswith(".npz"),
                   layout="npz" if out.endswith(".npz") else "dir", prompt_tokens=prompt_tokens,

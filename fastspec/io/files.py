@@ -38,6 +38,8 @@ def entry_kind(path: str) -> str:
         return "a dangling symbolic link" if os.path.islink(path) else MISSING
     except OSError as exc:  # a link loop, a name too long, no permission on a parent directory
         return f"not readable ({exc.strerror})"
+    except ValueError:  # a NUL byte: no file system takes the name
+        return "not a valid path (it holds a NUL byte)"
     if stat.S_ISREG(mode):
         return REGULAR
     if stat.S_ISDIR(mode):

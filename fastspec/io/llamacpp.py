@@ -82,7 +82,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from ..config import DEFAULT_CHUNK_BYTES, MAX_POSITIONS, MAX_WIDTH
-from ..errors import DumpNotFound, InvalidInput
+from ..errors import DumpNotFound, InvalidInput, shown
 from .dump import ArrayInfo, Chunk, DumpBase, check_max_bytes
 from .files import MISSING, REGULAR, entry_kind, map_bytes, open_regular
 from .format import array_name, check_draft_name, format_error
@@ -159,8 +159,8 @@ def _header_error(file, role, where, r0, scale, lo):
     for bad, what in checks:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            return format_error(file, f"{role}: position {where(r0 + i)}: {what} (scale={scale[i]!r}, "
-                                      f"min_log_prob={lo[i]!r}); not a llama.cpp log-probability row")
+            return format_error(file, f"{role}: position {where(r0 + i)}: {what} (scale={float(scale[i])!r}, "
+                                      f"min_log_prob={float(lo[i])!r}); not a llama.cpp log-probability row")
     return None
 
 
@@ -250,6 +250,10 @@ def _read_manifest(path: str) -> tuple[str, dict]:
         except InvalidInput as exc:
             raise format_error(path, str(exc)) from None
         out[name] = os.path.join(base, f)
+    for where, f in (("'target'", target), *((f"'drafts'[{n!r}]", f) for n, f in drafts.items())):
+        if "\x00" in f:  # no file system takes it; os.stat would raise an untyped ValueError
+            raise format_error(path, f"llama.cpp manifest: {where} = {shown(f)} holds a NUL byte; give the path of "
+                                     "a base file")
     return os.path.join(base, target), out
 
 

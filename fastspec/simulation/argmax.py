@@ -13,7 +13,9 @@ Sparse top-k dumps record the draft's top entries, so its argmax is known (the l
 the lowest id among ties; when every listed entry ties and the list does not cover the vocabulary, an unlisted
 token could tie with a lower id: then [0, 1]).  ``p_t(x_t)`` is known when x_t is in the target's list; otherwise
 it lies in [0, min(smallest listed target probability, unlisted mass)]: true bounds, which the trajectory DP keeps
-(it is monotone in every per-position acceptance).
+(it is monotone in every per-position acceptance).  A dump without ``vocab_size`` (every ``dump-server`` output)
+gives the same bounds with the lists taken as not covering the vocabulary: still true bounds (a list that does
+cover it has no unlisted mass, so the cap is ~0 anyway).
 """
 from __future__ import annotations
 
@@ -58,8 +60,9 @@ def argmax_acceptance(d, name: str, sp, acc: DraftAcceptance) -> DraftAcceptance
     return DraftAcceptance(name, valid, alpha=alpha)
 
 
-def argmax_bounds(target_ids, target_logprobs, draft_ids, draft_logprobs, vocab_size: int):
-    """(lower, upper) [R] of ``p(argmax q)`` from sparse top-k rows (the module docstring's rules)."""
+def argmax_bounds(target_ids, target_logprobs, draft_ids, draft_logprobs, vocab_size: int | None):
+    """(lower, upper) [R] of ``p(argmax q)`` from sparse top-k rows (the module docstring's rules);
+    ``vocab_size`` None (not recorded): a list is never taken to cover the vocabulary."""
     ti = np.asarray(target_ids, dtype=np.int64)
     tp = np.exp(np.asarray(target_logprobs, dtype=np.float64))
     di = np.asarray(draft_ids, dtype=np.int64)
@@ -67,12 +70,15 @@ def argmax_bounds(target_ids, target_logprobs, draft_ids, draft_logprobs, vocab_
     top = dl.max(axis=1, keepdims=True)
     big = np.iinfo(np.int64).max
     x = np.where(dl == top, di, big).min(axis=1)  # the draft's argmax: lowest id among its ties
-    ambiguous = (dl.min(axis=1) == top[:, 0]) & (di.shape[1] < vocab_size)
+    def partial(width: int) -> bool:  # the list may leave tokens out
+        return vocab_size is None or width < vocab_size
+
+    ambiguous = (dl.min(axis=1) == top[:, 0]) & partial(di.shape[1])
     hit = ti == x[:, None]
     listed = hit.any(axis=1)
     p_listed = np.where(hit, tp, 0.0).sum(axis=1)
     unlisted = np.clip(1.0 - tp.sum(axis=1), 0.0, 1.0)
-    cap = np.minimum(tp.min(axis=1), unlisted) if ti.shape[1] < vocab_size else np.zeros(ti.shape[0])
+    cap = np.minimum(tp.min(axis=1), unlisted) if partial(ti.shape[1]) else np.zeros(ti.shape[0])
     lower = np.where(listed, p_listed, 0.0)
     upper = np.where(listed, p_listed, cap)
     lower = np.where(ambiguous, 0.0, lower)

@@ -94,7 +94,8 @@ class PolicySearch:
         return {"draft": self.draft, "best_fixed": one(self.best_fixed), "hf_default": one(self.hf_default),
                 "best": one(self.best), "evaluated": [c.as_dict() for c in self.evaluated],
                 "searched": len(self.evaluated), "total": self.total, "truncated": self.truncated,
-                "elapsed_s": self.elapsed_s, "notes": self.notes, "verdict": self.verdict}
+                "notes": self.notes, "verdict": self.verdict}  # elapsed_s (the wall clock) left out: same input,
+        # same bytes
 
 
 def _priced_max(cost, draft, p_all=0.0) -> int:

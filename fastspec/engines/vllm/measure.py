@@ -61,7 +61,8 @@ def engine_drafts(specs: Sequence[str]) -> list[EngineDraft]:
             if not os.path.isdir(model):
                 raise _bad("drafts", f"draft {raw}: vLLM needs a Hugging Face model directory as a draft (a .gguf "
                            "file or exitL cannot run in vLLM)")
-            draft = EngineDraft(name or os.path.basename(os.path.normpath(model)), "model", os.path.abspath(model))
+            # the path as typed (messages print it so); the runner hands vLLM its absolute form
+            draft = EngineDraft(name or os.path.basename(os.path.normpath(model)), "model", model)
         if draft.name in seen:
             raise _bad("drafts", f"draft {raw}: the name {draft.name} is given twice")
         seen.add(draft.name)
