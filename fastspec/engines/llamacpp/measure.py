@@ -46,6 +46,7 @@ from ...params import SamplingParams
 from ..conventions import Counters, expected_counters
 from .conventions import DRAFT_SAMPLING, DRAFT_TOP_K, LLAMACPP, draft_cap, draft_length, processed_top, \
     step_accept, top_probability
+from ..errors import EngineError
 from .runner import Server, find_binary, server_args
 
 __all__ = ["LlamaDraft", "RowResult", "LlamaCppComparison", "TeacherForcing", "check_drafts", "read_prompt_lines",
@@ -122,45 +123,62 @@ class TeacherForcing:
         self._cache: dict = {}
         self.eos_divergences = 0
 
-    def _ask(self, context: Sequence[int], n_predict: int, n_probs: int, biased: bool = False):
-        key = (tuple(context), n_predict, n_probs, biased)
+    def _complete(self, context, n_predict: int, n_probs: int, **sampling):
+        body = {"prompt": list(map(int, context)), "n_predict": int(n_predict), "n_probs": int(n_probs),
+                "cache_prompt": True, "return_tokens": True, "ignore_eos": True, **sampling}
+        ans = self.server.complete(body)
+        return [int(t) for t in ans["tokens"]], ans.get("completion_probabilities") or []
+
+    def _row(self, context: Sequence[int], n_probs: int, biased: bool):
+        """(ids, values) of the model's ``n_probs`` best candidates after ``context``: raw log-probabilities, or
+        (``biased``) the log of the probabilities after llama.cpp's sampler chain (ignore_eos's logit bias, then
+        top-k).  llama-server drops the probabilities of a generated token that ends inside a UTF-8 character, so
+        the one token generated here is sampled, and sampled again with another seed until it is whole."""
+        key = (tuple(context), n_probs, biased)
         if key not in self._cache:
-            body = {"prompt": list(map(int, context)), "n_predict": int(n_predict), "n_probs": int(n_probs),
-                    "cache_prompt": True, "return_tokens": True, "ignore_eos": True}
-            if biased:  # the candidates after llama.cpp's sampler chain: EOS removed by ignore_eos's logit bias
-                body.update(temperature=1.0, top_k=int(n_probs), samplers=["top_k"], post_sampling_probs=True,
-                            seed=0)
-            else:       # the softmax of the raw logits, greedy continuation
-                body.update(temperature=0.0)
-            ans = self.server.complete(body)
-            probs = ans.get("completion_probabilities") or []
-            field_ = "prob" if biased else "logprob"
-            rows = [[(c["id"], c[field_]) for c in p["top_logprobs" if not biased else "top_probs"]] for p in probs]
-            width = min((len(r) for r in rows), default=0)
-            ids = np.array([[c[0] for c in r[:width]] for r in rows], np.int64).reshape(len(rows), width)
-            vals = np.array([[c[1] for c in r[:width]] for r in rows], np.float64).reshape(len(rows), width)
+            for seed in range(64):
+                _toks, probs = self._complete(context, 1, n_probs, temperature=1.0, top_k=int(n_probs),
+                                              samplers=["top_k"], post_sampling_probs=bool(biased), seed=seed)
+                if probs:
+                    break
+            else:
+                raise EngineError(f"llamacpp {self.server.name}: /completion gave no token probabilities")
+            field_, vals_ = ("top_probs", "prob") if biased else ("top_logprobs", "logprob")
+            ids = np.array([c["id"] for c in probs[0][field_]], np.int64)
+            vals = np.array([c[vals_] for c in probs[0][field_]], np.float64)
             if biased:
                 with np.errstate(divide="ignore"):
                     vals = np.log(vals)
-            self._cache[key] = (list(map(int, ans["tokens"])), ids, vals)
+            self._cache[key] = (ids, vals)
         return self._cache[key]
 
     def along(self, prompt: Sequence[int], record: Sequence[int], n_probs: int, *, biased: bool = False):
         """(ids [T, n], logprobs [T, n]): the model's best candidates before each token of ``record`` (``biased``:
         the target's, after ignore_eos's logit bias, renormalized over the ``n_probs`` best)."""
-        rows = [self._ask(list(prompt) + list(record[:t]), 1, n_probs, biased) for t in range(len(record))]
-        n = min(r[1].shape[1] for r in rows)
-        return np.concatenate([r[1][:1, :n] for r in rows]), np.concatenate([r[2][:1, :n] for r in rows])
+        rows = [self._row(list(prompt) + list(record[:t]), n_probs, biased) for t in range(len(record))]
+        n = min(len(r[0]) for r in rows)
+        return np.stack([r[0][:n] for r in rows]), np.stack([r[1][:n] for r in rows])
 
     def rollout(self, context: Sequence[int], n: int):
         """The model's greedy continuation of ``context`` (``n`` tokens) and its top-10 probability before each.
         The continuation runs with EOS banned (``ignore_eos``) while llama.cpp's draft sampler does not ban it: a
         continuation whose token is not the raw argmax (the draft would have drafted EOS) is counted in
         :attr:`eos_divergences`."""
-        toks, ids, lps = self._ask(context, n, DRAFT_TOP_K)
-        if any(int(ids[j, 0]) != toks[j] for j in range(min(n, len(toks), ids.shape[0]))):
-            self.eos_divergences += 1
-        return toks[:n], top_probability(lps)[:n]
+        key = ("rollout", tuple(context), n)
+        if key not in self._cache:
+            toks, probs = self._complete(context, n, DRAFT_TOP_K, temperature=0.0)
+            toks = toks[:n]
+            if len(probs) >= len(toks):
+                rows = [(np.array([c["id"] for c in p["top_logprobs"]], np.int64),
+                         np.array([c["logprob"] for c in p["top_logprobs"]], np.float64)) for p in probs[:len(toks)]]
+            else:  # a token inside a UTF-8 character lost its probabilities: ask position by position
+                rows = [self._row(list(context) + toks[:j], DRAFT_TOP_K, False) for j in range(len(toks))]
+            diverged = any(int(r[0][0]) != t for r, t in zip(rows, toks, strict=True))
+            tops = np.array([top_probability(r[1][None, :])[0] for r in rows])
+            self._cache[key] = (toks, tops, diverged)
+        toks, tops, diverged = self._cache[key]
+        self.eos_divergences += int(diverged)
+        return toks, tops
 
 
 def predict_greedy(prompt: Sequence[int], record: Sequence[int], budget: int, k: int, rollout: Callable, *,
