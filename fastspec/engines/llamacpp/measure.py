@@ -160,20 +160,32 @@ class TeacherForcing:
         return np.stack([r[0][:n] for r in rows]), np.stack([r[1][:n] for r in rows])
 
     def rollout(self, context: Sequence[int], n: int):
-        """The model's greedy continuation of ``context`` (``n`` tokens) and its top-10 probability before each.
-        The continuation runs with EOS banned (``ignore_eos``) while llama.cpp's draft sampler does not ban it: a
-        continuation whose token is not the raw argmax (the draft would have drafted EOS) is counted in
-        :attr:`eos_divergences`."""
+        """The model's greedy continuation of ``context`` (``n`` tokens) as llama.cpp's draft makes it, and its
+        top-10 probability before each token.  The server bans EOS (``ignore_eos``) while the draft's sampler
+        does not: where the raw argmax is an end-of-generation token the continuation takes it and goes on after
+        it, as the draft does (counted in :attr:`eos_divergences`)."""
         key = ("rollout", tuple(context), n)
         if key not in self._cache:
-            toks, probs = self._complete(context, n, DRAFT_TOP_K, temperature=0.0)
-            toks = toks[:n]
-            if len(probs) >= len(toks):
-                rows = [(np.array([c["id"] for c in p["top_logprobs"]], np.int64),
-                         np.array([c["logprob"] for c in p["top_logprobs"]], np.float64)) for p in probs[:len(toks)]]
-            else:  # a token inside a UTF-8 character lost its probabilities: ask position by position
-                rows = [self._row(list(context) + toks[:j], DRAFT_TOP_K, False) for j in range(len(toks))]
-            diverged = any(int(r[0][0]) != t for r, t in zip(rows, toks, strict=True))
+            toks, rows, diverged = [], [], False
+            while len(toks) < n:
+                ctx = list(context) + toks
+                got, probs = self._complete(ctx, n - len(toks), DRAFT_TOP_K, temperature=0.0)
+                got = got[:n - len(toks)]
+                if len(probs) >= len(got):
+                    new = [(np.array([c["id"] for c in p["top_logprobs"]], np.int64),
+                            np.array([c["logprob"] for c in p["top_logprobs"]], np.float64))
+                           for p in probs[:len(got)]]
+                else:  # a token inside a UTF-8 character lost its probabilities: ask position by position
+                    new = [self._row(ctx + got[:j], DRAFT_TOP_K, False) for j in range(len(got))]
+                for (ids, lps), t in zip(new, got, strict=True):
+                    rows.append((ids, lps))
+                    if int(ids[0]) != t:  # the draft's argmax is banned here: the draft takes it
+                        toks.append(int(ids[0]))
+                        diverged = True
+                        break
+                    toks.append(t)
+                if not got:
+                    raise EngineError(f"llamacpp {self.server.name}: /completion generated nothing")
             tops = np.array([top_probability(r[1][None, :])[0] for r in rows])
             self._cache[key] = (toks, tops, diverged)
         toks, tops, diverged = self._cache[key]
@@ -207,7 +219,7 @@ class RowResult:
     matches: int            # prompts whose counters equal the prediction (T = 0)
     flips: list             # T = 0: prompts whose output differs from the plain output
     near_ties: int          # T = 0: recorded positions where the target's argmax is not the token (or a tie)
-    eos_divergences: int    # T = 0: visited steps where the draft's raw argmax is EOS (not replayed exactly)
+    eos_divergences: int    # T = 0: visited steps where the draft drafts EOS (banned in the target's output)
     tokens_per_s: float
     speedup: float
     audit: dict | None = None
@@ -427,7 +439,7 @@ def _row_verdict(row: RowResult, n: int) -> str:
         if row.near_ties:
             s += f"; {row.near_ties} near-tie positions of the target"
         if row.eos_divergences:
-            s += f"; {row.eos_divergences} steps where the draft's argmax is EOS (banned in fastspec's replay)"
+            s += f"; {row.eos_divergences} steps drafted EOS (never accepted: --ignore-eos bans it)"
     else:
         s = f"{what} (expectations at T > 0; acceptance {ma / md if md else math.nan:.3f} measured, " \
             f"{pa / pd_ if pd_ else math.nan:.3f} predicted)"
