@@ -4,7 +4,9 @@ output (``fastspec measure --engine llamacpp``).
 For one target GGUF, drafts (GGUF files), ks and prompts (:func:`measure_llamacpp`):
 
 1. **llama.cpp without speculation** (one ``llama-server -m TARGET``): every prompt once, ``n_predict`` tokens,
-   EOS ignored: the record and the baseline tokens/s (llama.cpp's own ``timings.predicted_per_second``).
+   EOS ignored: the baseline tokens/s (llama.cpp's own ``timings``) and the plain output.  Prompt i is sampled
+   with seed ``seed + i``: llama.cpp seeds each request's sampler, so one seed for every prompt would draw the same
+   uniforms at the same position of every prompt (the audit's per-position tests would see them all at once).
 2. **llama.cpp with speculation**, one server per (draft, k): ``-md DRAFT --spec-type draft-simple
    --spec-draft-n-max k`` (and ``--spec-draft-n-min``, ``--spec-draft-p-min``, ``--spec-draft-sampling``); every
    prompt once, its output tokens and ``timings.draft_n`` / ``timings.draft_n_accepted`` per request.
@@ -333,7 +335,7 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
             status, tok = plain_srv._request("POST", "/tokenize", {"content": ln, "add_special": True}, timeout=60)
             ids.append([int(t) for t in tok["tokens"]])
         vocab = _vocab(plain_srv)
-        plain = [plain_srv.complete(_request(p, budget, sampling, seed)) for p in ids]
+        plain = [plain_srv.complete(_request(p, budget, sampling, seed + i)) for i, p in enumerate(ids)]
     plain_out = [[int(t) for t in a["tokens"]] for a in plain]
     if any(len(o) != budget for o in plain_out):
         raise _bad("max_new_tokens", f"llama.cpp produced fewer than {budget} tokens for a prompt (context full?)")
@@ -346,7 +348,7 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
             args = server_args(target, draft=d.path, k=k, n_min=n_min, p_min=float(p_min), draft_sampling=method,
                                threads=threads, ctx=ctx)
             with Server(exe, args, name=f"{d.name} k={k}") as srv:
-                runs[(d.name, k)] = [srv.complete(_request(p, budget, sampling, seed)) for p in ids]
+                runs[(d.name, k)] = [srv.complete(_request(p, budget, sampling, seed + i)) for i, p in enumerate(ids)]
 
     say("fastspec: teacher-forcing the target and the drafts with llama.cpp")
     rows = []
