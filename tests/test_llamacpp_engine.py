@@ -227,3 +227,32 @@ def test_real_flags_llamacpp_lacks_are_one_line():
     args = server_args(os.path.join(MODELS, "target-f16.gguf"), extra=["--no-such-flag"])
     with pytest.raises(EngineError, match="exited with status .* while loading"):
         Server(find_binary(BIN), args, name="plain").start()
+
+
+def test_the_rollout_drafts_eos_where_the_draft_argmax_is_banned():
+    """llama-server bans EOS under ignore_eos; llama.cpp's draft sampler does not: where the raw argmax is EOS the
+    replay takes it and continues after it."""
+    from fastspec.engines.llamacpp.measure import TeacherForcing
+
+    EOS = 2
+
+    def probs(best, other):
+        return {"top_logprobs": [{"id": best, "logprob": -0.1}, {"id": other, "logprob": -2.5}]}
+
+    class Fake(TeacherForcing):
+        def __init__(self):
+            super().__init__(server=None)
+            self.calls = []
+
+        def _complete(self, context, n_predict, n_probs, **sampling):
+            self.calls.append((tuple(context), n_predict))
+            if context[-1] == EOS:  # after the EOS the draft goes on: 7, 8
+                return [7, 8][:n_predict], [probs(7, 9), probs(8, 9)][:n_predict]
+            # the server's continuation: 5, then EOS is the argmax but banned, so 6 is generated
+            return [5, 6, 6][:n_predict], [probs(5, 9), probs(EOS, 6), probs(6, 9)][:n_predict]
+
+    tf = Fake()
+    toks, tops = tf.rollout([1, 1], 4)
+    assert toks == [5, EOS, 7, 8] and len(tops) == 4 and tf.eos_divergences == 1
+    assert tf.calls == [((1, 1), 4), ((1, 1, 5, EOS), 2)]
+    assert tops[0] == pytest.approx(1 / (1 + np.exp(-2.4)))

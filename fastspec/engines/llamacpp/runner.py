@@ -163,7 +163,10 @@ class Server:
         try:
             status, ans = self._request("POST", "/completion", dict(body), timeout=self.request_timeout_s)
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            code = self.proc.poll()
+            try:  # a server that crashed closes the connection a moment before it is reaped
+                code = self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                code = None
             what = f"llama-server exited with status {code} mid-run" if code is not None else \
                 f"no answer to /completion ({type(exc).__name__})"
             raise self._fail(what) from None
