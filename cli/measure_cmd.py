@@ -76,18 +76,29 @@ def measure_command(
                                               "environment (default $FASTSPEC_VLLM_PYTHON; scripts/vllm_env.sh "
                                               "makes one)."),
     draft_sample_method: Optional[str] = typer.Option(None, "--draft-sample-method", metavar="HOW", help="vLLM's "
-                                                      "draft_sample_method: greedy (its default: argmax drafts, a "
-                                                      "one-hot q) or probabilistic (drafts sampled from q)."),
+                                                      "draft_sample_method / llama.cpp's --spec-draft-sampling: greedy "
+                                                      "(the default: argmax drafts) or probabilistic (drafts sampled "
+                                                      "from q, judged with min(1, p/q))."),
     runs_dir: Optional[str] = typer.Option(None, "--runs-dir", metavar="DIR", help="With --engine vllm: keep each "
                                            "run's token ids and counters there (JSON; audit them with "
                                            "fastspec audit-output)."),
-    audit: bool = typer.Option(True, "--audit/--no-audit", help="With --engine vllm: audit every run's tokens "
-                               "against the target's distribution (fastspec.audit)."),
+    llamacpp_bin: Optional[str] = typer.Option(None, "--llamacpp-bin", metavar="PATH", help="llama.cpp's "
+                                               "llama-server or its directory (default $FASTSPEC_LLAMACPP_BIN, else "
+                                               "the directory scripts/llamacpp_build.sh fills)."),
+    p_min: Optional[float] = typer.Option(None, "--p-min", metavar="P", help="With --engine llamacpp: llama.cpp's "
+                                          "--spec-draft-p-min (a draft stops before a token whose top-10 "
+                                          "probability is below P; default 0)."),
+    n_min: Optional[int] = typer.Option(None, "--n-min", metavar="N", help="With --engine llamacpp: llama.cpp's "
+                                        "--spec-draft-n-min (a shorter draft is dropped; default 0)."),
+    audit: bool = typer.Option(True, "--audit/--no-audit", help="With --engine vllm or llamacpp: audit every run's "
+                               "tokens against the target's distribution (fastspec.audit)."),
     as_json: bool = json_option(),
 ) -> None:
     """Measured tokens per verify step and wall-clock speed-up over plain decoding (95% CIs over prompts) per
     (draft, k), next to the prediction from a dump and a cost table, with relative errors and z.  With --engine vllm:
-    vLLM's own counters against fastspec's exact prediction under vLLM's conventions, and the audit of its tokens."""
+    vLLM's own counters against fastspec's exact prediction under vLLM's conventions, and the audit of its tokens.
+    With --engine llamacpp: llama-server's draft_n / draft_n_accepted per prompt against fastspec's prediction
+    (exact at T = 0), and the audit of its tokens."""
     ks = parse_k(k)
     params = sampling_params(temperature, top_k, top_p, min_p)
     entry = check_engine_flags(engine, {  # a flag the engine does not take is refused by name (the registry)
@@ -96,13 +107,23 @@ def measure_command(
         "--runs-dir": runs_dir is not None, "--no-audit": not audit, "--dump": dump is not None,
         "--save-dump": save_dump is not None,
         "--top-k-save": top_k_save is not None, "--costs": costs is not None, "--repeats": repeats != 1,
-        "--trials": trials is not None, "--threads": threads is not None, "--cost-repeats": cost_repeats != 20},
+        "--trials": trials is not None, "--threads": threads is not None, "--cost-repeats": cost_repeats != 20,
+        "--llamacpp-bin": llamacpp_bin is not None, "--p-min": p_min is not None, "--n-min": n_min is not None},
         ignore_eos=ignore_eos)
     policies = check_policies(policy)
     if entry.pipeline == "counters":
         check_range("--max-new-tokens", max_new_tokens, 1, 1 << 20, "tokens")
         if not os.path.isfile(prompts):
             fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
+        if entry.name == "llamacpp":
+            from ._engine_llamacpp import measure_llamacpp_engine
+
+            measure_llamacpp_engine(entry, target=target, draft=draft, prompts=prompts, ks=ks, params=params,
+                                    max_new_tokens=max_new_tokens, seed=seed, max_prompts=max_prompts,
+                                    draft_sample_method=draft_sample_method, binary=llamacpp_bin, threads=threads,
+                                    p_min=p_min, n_min=n_min, audit=audit, as_json=as_json,
+                                    progress=lambda msg: stderr_console().print(msg))
+            return
         measure_engine(entry, target=target, draft=draft, prompts=prompts, ks=ks, params=params,
                        max_new_tokens=max_new_tokens, seed=seed, max_prompts=max_prompts,
                        draft_sample_method=draft_sample_method, vllm_python=vllm_python, runs_dir=runs_dir,

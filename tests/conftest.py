@@ -2,7 +2,8 @@
 
 ``python -m pytest`` runs the fast selection: everything but the tests marked ``slow``, ``hf`` (real or tiny
 transformer models), ``dask`` (a local cluster), ``subprocess`` (fresh Python processes), ``statistical``
-(calibrated goodness-of-fit tests with many samples) and ``vllm`` (the real vLLM engine).  ``python -m pytest
+(calibrated goodness-of-fit tests with many samples) ``vllm`` (the real vLLM engine) and ``llamacpp``
+(the real llama.cpp server).  ``python -m pytest
 --all`` -- the README test command, which CI runs -- runs every test; an explicit ``-m EXPRESSION`` selects as usual.
 """
 from hypothesis import HealthCheck, settings
@@ -17,7 +18,7 @@ settings.load_profile("fastspec")
 
 pytest_plugins = ["vllm_env"]  # the session fixture vllm_python (vLLM's own environment)
 
-HEAVY = ("slow", "hf", "dask", "subprocess", "statistical", "vllm")
+HEAVY = ("slow", "hf", "dask", "subprocess", "statistical", "vllm", "llamacpp")
 
 
 def pytest_addoption(parser):

@@ -181,7 +181,7 @@ def test_the_workers_import_the_real_vllm_without_path_surgery(worker):
 def test_the_registry_lists_every_engine_and_its_flags():
     from fastspec.engines.registry import ENGINE_FLAGS, ENGINES, engine, engines_help
 
-    assert list(ENGINES) == ["fastspec", "hf", "vllm"]
+    assert list(ENGINES) == ["fastspec", "hf", "vllm", "llamacpp"]
     assert "--no-audit" in ENGINES["vllm"].flags and "--no-audit" not in ENGINES["fastspec"].flags
     for e in ENGINES.values():
         assert set(e.flags) <= set(ENGINE_FLAGS) and set(e.refuses) <= set(ENGINE_FLAGS)
@@ -190,7 +190,7 @@ def test_the_registry_lists_every_engine_and_its_flags():
     assert ENGINES["hf"].options == {"hf_engine": True} and "--no-hf-generate" in ENGINES["hf"].refuses
     assert ENGINES["vllm"].engine_conventions().first_step == 1 and ENGINES["hf"].engine_conventions() is None
     assert ENGINES["fastspec"].engine_conventions().name == "fastspec"
-    with pytest.raises(InvalidInput, match="--engine sglang is unknown; choose one of: fastspec, hf, vllm"):
+    with pytest.raises(InvalidInput, match="--engine sglang is unknown; choose one of: fastspec, hf, vllm, llamacpp"):
         engine("sglang")
 
 

@@ -10,11 +10,14 @@ imported only when it runs, called with ``options``) and where its conventions a
 * ``hf`` -- the same, plus Hugging Face's own assisted generation (:mod:`fastspec.hf.assisted`) with transformers'
   defaults and each k;
 * ``vllm`` -- vLLM's offline engine in its own environment, its counters against fastspec's exact prediction
-  under vLLM's conventions and the audit of its tokens (:func:`fastspec.engines.vllm.measure.measure_vllm`).
+  under vLLM's conventions and the audit of its tokens (:func:`fastspec.engines.vllm.measure.measure_vllm`);
+* ``llamacpp`` -- llama.cpp's ``llama-server`` with a GGUF draft, its per-request counters against fastspec's
+  prediction under llama.cpp's conventions (exact at T = 0) and the audit of its tokens
+  (:func:`fastspec.engines.llamacpp.measure.measure_llamacpp`).
 
 ``pipeline`` tells the two kinds apart: ``"loop"`` (fastspec's loop measured and predicted: a
 :class:`~fastspec.hf.pipeline.MeasureReport`) and ``"counters"`` (an engine of its own, its counters against the
-exact prediction: an :class:`~fastspec.engines.vllm.compare.EngineComparison`).  A new engine (llama.cpp next) is
+exact prediction: an :class:`~fastspec.engines.vllm.compare.EngineComparison`).  A new engine is
 one package under ``engines/`` and one entry here.  Nothing here imports torch or an engine.
 """
 from __future__ import annotations
@@ -30,7 +33,7 @@ __all__ = ["Engine", "ENGINES", "ENGINE_FLAGS", "engine", "engine_names", "check
 #: measure's flags that only some engines take (every other flag of ``fastspec measure`` applies to all)
 ENGINE_FLAGS = ("--policy", "--no-hf-generate", "--draft-sample-method", "--vllm-python", "--runs-dir", "--no-audit",
                 "--dump", "--save-dump", "--top-k-save", "--costs", "--repeats", "--trials", "--threads",
-                "--cost-repeats")
+                "--cost-repeats", "--llamacpp-bin", "--p-min", "--n-min")
 _LOOP_FLAGS = ("--policy", "--dump", "--save-dump", "--top-k-save", "--costs", "--repeats", "--trials", "--threads",
                "--cost-repeats")
 
@@ -84,6 +87,12 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
            fixed_length="--engine vllm compares fixed-length runs (vLLM counts drafts accepted past the end of a "
                         "request): add --ignore-eos",
            conventions="fastspec.engines.vllm.conventions:VLLM"),
+    Engine("llamacpp", "--engine llamacpp", "llamacpp (llama.cpp's llama-server, started by fastspec: --target and "
+           "--draft are GGUF files, --llamacpp-bin the build; needs --ignore-eos)", "counters",
+           "fastspec.engines.llamacpp.measure:measure_llamacpp",
+           flags=("--draft-sample-method", "--llamacpp-bin", "--threads", "--p-min", "--n-min", "--no-audit"),
+           fixed_length="--engine llamacpp compares fixed-length runs (llama.cpp's ignore_eos): add --ignore-eos",
+           conventions="fastspec.engines.llamacpp.conventions:LLAMACPP"),
 )}
 
 

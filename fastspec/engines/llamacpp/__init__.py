@@ -1,0 +1,9 @@
+"""llama.cpp, run and read by fastspec (its ``llama-server``, built by ``scripts/llamacpp_build.sh``; fastspec
+starts and stops the server itself and speaks HTTP to it):
+
+* :mod:`~fastspec.engines.llamacpp.conventions` -- how llama.cpp drafts, judges and counts, as data, each fact
+  cited from its source, and the draft-length rule (``n_max``, ``p_min``, ``n_min``, the token budget);
+* :mod:`~fastspec.engines.llamacpp.runner` -- ``llama-server`` on a free loopback port (:class:`Server`);
+* :mod:`~fastspec.engines.llamacpp.measure` -- what ``fastspec measure --engine llamacpp`` runs: llama.cpp's
+  counters per prompt against fastspec's prediction, teacher forcing by llama.cpp itself, and the output audit.
+"""
