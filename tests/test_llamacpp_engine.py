@@ -244,7 +244,7 @@ def test_the_rollout_drafts_eos_where_the_draft_argmax_is_banned():
             super().__init__(server=None)
             self.calls = []
 
-        def _complete(self, context, n_predict, n_probs, **sampling):
+        def _complete(self, context, n_predict, n_probs, **sampling):  # noqa: ARG002 (the runner's signature)
             self.calls.append((tuple(context), n_predict))
             if context[-1] == EOS:  # after the EOS the draft goes on: 7, 8
                 return [7, 8][:n_predict], [probs(7, 9), probs(8, 9)][:n_predict]
