@@ -359,7 +359,8 @@ def assert_one_line_error(res, code, *needles):
     (["--draft", "ngram", "--vllm-python", "py"], ["--vllm-python applies to --engine vllm only"]),
     (["--draft", "ngram", "--runs-dir", "d"], ["--runs-dir applies to --engine vllm only"]),
     # issue #30, item 15: --no-audit was silently accepted by the loop engines
-    (["--draft", "ngram", "--no-audit"], ["--no-audit applies to --engine vllm and --engine llamacpp, not to --engine fastspec"]),
+    (["--draft", "ngram", "--no-audit"],
+     ["--no-audit applies to --engine vllm and --engine llamacpp, not to --engine fastspec"]),
     (["--engine", "hf", "--ignore-eos", "--draft", "ngram.hf", "--no-audit"],
      ["--no-audit applies to --engine vllm and --engine llamacpp, not to --engine hf"]),
     # issue #30, item 16: a policy other than fixed on n-gram drafts alone was dropped with a JSON note
