@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ._common import print_json, stdout_console
-from ._options import FlagError, flag_message
+from ._options import named_argument_errors
 
 __all__ = ["measure_llamacpp_engine"]
 
@@ -19,19 +19,12 @@ FLAGS = {"target": "--target", "drafts": "--draft", "prompts": "--prompts", "p_m
 def measure_llamacpp_engine(entry, *, target, draft, prompts, ks, params, max_new_tokens, seed, max_prompts,
                             draft_sample_method, binary, threads, p_min, n_min, audit, as_json, progress) -> None:
     """Measure llama.cpp (registry entry ``entry``) and print its comparison (a table, or JSON)."""
-    from fastspec.errors import InvalidInput
-
-    try:
+    with named_argument_errors(FLAGS):  # told about the option the user typed
         res = entry.measure_function()(
             target, list(draft), prompts, ks, sampling=params, max_new_tokens=max_new_tokens, seed=seed,
             max_prompts=max_prompts, draft_sample_method=draft_sample_method, binary=binary,
             threads=1 if threads is None else threads, p_min=0.0 if p_min is None else p_min,
             n_min=0 if n_min is None else n_min, audit=audit, progress=progress)
-    except InvalidInput as exc:  # told about the option the user typed
-        flag = FLAGS.get(getattr(exc, "argument", None))
-        if flag is None:
-            raise
-        raise FlagError(flag_message(flag, str(exc))) from None
     if as_json:
         print_json(res.as_dict())
         return

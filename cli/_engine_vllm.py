@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ._common import print_json, stdout_console
-from ._options import FlagError, flag_message
+from ._options import named_argument_errors
 
 __all__ = ["measure_engine"]
 
@@ -18,20 +18,13 @@ FLAGS = {"target": "--target", "drafts": "--draft", "prompts": "--prompts", "run
 def measure_engine(entry, *, target, draft, prompts, ks, params, max_new_tokens, seed, max_prompts,
                    draft_sample_method, vllm_python, runs_dir, audit, as_json, progress) -> None:
     """Measure the engine of registry entry ``entry`` and print its comparison (a table, or JSON)."""
-    from fastspec.errors import InvalidInput
-
     from ._hf import import_hf
 
-    try:
+    with named_argument_errors(FLAGS):  # told about the option the user typed
         res = entry.measure_function()(target, list(draft), prompts, ks, sampling=params,
                                        max_new_tokens=max_new_tokens, seed=seed, max_prompts=max_prompts,
                                        draft_sample_method=draft_sample_method, python=vllm_python,
                                        runs_dir=runs_dir, audit=audit, progress=progress, before_hf=import_hf)
-    except InvalidInput as exc:  # told about the option the user typed
-        flag = FLAGS.get(getattr(exc, "argument", None))
-        if flag is None:
-            raise
-        raise FlagError(flag_message(flag, str(exc))) from None
     if as_json:
         print_json(res.as_dict())
         return

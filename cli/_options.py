@@ -151,6 +151,20 @@ def config_from_flags(build, table: dict, conflicts: dict | None = None):
 
 
 @contextmanager
+def named_argument_errors(flags: dict):
+    """Raise the library's :class:`InvalidInput` about an argument (``exc.argument``, a key of ``flags``, the
+    library's argument names -> the flags they come from) as a :class:`FlagError` about that flag; any other error
+    passes unchanged."""
+    try:
+        yield
+    except InvalidInput as exc:
+        flag = flags.get(getattr(exc, "argument", None))
+        if flag is None:
+            raise
+        raise FlagError(flag_message(flag, str(exc))) from None
+
+
+@contextmanager
 def flag_errors(table: dict, conflicts: dict | None = None):
     """Raise the library's typed error about the fields of ``table`` (``{flag: (field, value)}``, the fields named by
     ``exc.arguments``) as a :class:`FlagError` about their flags: ``conflicts`` words the refusals of a combination
