@@ -14,13 +14,16 @@ ports, one plain ``llama-server`` and one per ngram-simple configuration (``-np 
    a forward over n new tokens after a cached prefix (``/completion`` with ``cache_prompt``: ``timings.prompt_ms``
    with ``prompt_n = n``), n = 1 .. size_m + 1.  Such a forward computes the logits of its last position only,
    while a decoding or verification step computes (and samples) all n: that is a cost ``c`` per verified
-   position, ``overhead_s[k] = (k + 1) c``, fitted on the **calibration** prompts (the first half) by least
-   squares of (measured - forwards) against verified positions, plain and speculative runs together.
+   position.  A step that verified a draft also pays a constant ``e`` of its own (the draft's batch, the KV
+   cache's rollback of rejected positions), so ``overhead_s[0] = c`` and ``overhead_s[k] = (k + 1) c + e``;
+   ``c`` and ``e`` are fitted on the **calibration** prompts (the first half) by least squares of (measured -
+   forwards) against (verified positions, speculative steps), plain and speculative runs together.
 3. **The clock.**  ``--rounds`` rounds; in each, every prompt goes to every server, the server order rotated
    per prompt, so machine drift hits all alike.  Speed-up measured = plain ``predicted_ms`` / speculative
    ``predicted_ms`` (llama-server's own generation time, after the first token), medians over rounds, summed
    over the **test** prompts (the second half); predicted = ((n - 1) (forward_s[1] + overhead_s[0])) / sum over
-   the predicted steps of (forward_s[d + 1] + overhead_s[d]).
+   the predicted steps of (forward_s[d + 1] + overhead_s[d]).  ``--out`` keeps every request's timings, so the
+   fit can be redone from the file.
 
 Prints one row per configuration: counters measured / predicted (test and calibration prompts), same text or
 not, speed-up measured / predicted and the error, and the verdict (pays / does not pay) of each.  ``--out``
@@ -126,6 +129,19 @@ def _counters(steps) -> tuple[int, int]:
     return steps.draft_n, steps.draft_n_accepted
 
 
+def _least_squares(xs, ys) -> tuple[float, float]:
+    """(c, e) minimizing sum (y - c x0 - e x1)^2 (2 x 2 normal equations); e = 0 when no row has x1."""
+    a = sum(x0 * x0 for x0, _ in xs)
+    b = sum(x0 * x1 for x0, x1 in xs)
+    d = sum(x1 * x1 for _, x1 in xs)
+    u = sum(x0 * y for (x0, _), y in zip(xs, ys, strict=True))
+    v = sum(x1 * y for (_, x1), y in zip(xs, ys, strict=True))
+    det = a * d - b * b
+    if d == 0 or det <= 0:
+        return u / max(a, 1e-300), 0.0
+    return (u * d - b * v) / det, (a * v - b * u) / det
+
+
 def write_record(path, args, configs, names, prompts, records, runs):
     out = {"what": f"llama-server (llama.cpp 11434) at T = 0, {os.path.basename(args.model)}, -t {args.threads} "
                    "-c 2048 -np 1, /completion with token-id prompts (the chat template of data/prompts_lookup.jsonl), "
@@ -210,13 +226,16 @@ def main(argv=None):
             pred_steps[name, i] = steps
             if i < half:
                 meas = med([r["timings"]["predicted_ms"] for r in runs[name][i]]) / 1e3
-                fit_x.append(steps.draft_n + len(steps.steps))
+                fit_x.append((steps.draft_n + len(steps.steps), sum(d > 0 for d, _ in steps.steps)))
                 fit_y.append(meas - ngram_simple_time(steps, forward_of))
     for i in range(half):
-        fit_x.append(plain_tok[i] - 1)
+        fit_x.append((plain_tok[i] - 1, 0))
         fit_y.append(plain_ms[i] - (plain_tok[i] - 1) * forward_of(1))
-    c_fit = sum(x * y for x, y in zip(fit_x, fit_y, strict=True)) / max(sum(x * x for x in fit_x), 1)
-    c_pos = max(c_fit, 1e-9)  # the schema wants overhead_s > 0; a negative fit is reported as such below
+    c_fit, e_fit = _least_squares(fit_x, fit_y)
+    c_pos, e_pos = max(c_fit, 1e-9), max(e_fit, 0.0)  # the schema wants overhead_s > 0; the fit is printed as is
+
+    def overhead(d):
+        return (d + 1) * c_pos + (e_pos if d > 0 else 0.0)
 
     for name in names[1:]:
         for part, idx in (("calibration", range(half)), ("test", range(half, len(prompts)))):
@@ -229,9 +248,8 @@ def main(argv=None):
                       for i in idx for r in runs[name][i])
             m_spec = sum(med([r["timings"]["predicted_ms"] for r in runs[name][i]]) for i in idx) / 1e3
             m_plain = sum(plain_ms[i] for i in idx)
-            p_spec = sum(ngram_simple_time(pred_steps[name, i], forward_of, c_pos)
-                         + pred_steps[name, i].draft_n * c_pos for i in idx)
-            p_plain = sum((plain_tok[i] - 1) * (forward_of(1) + c_pos) for i in idx)
+            p_spec = sum(ngram_simple_time(pred_steps[name, i], forward_of, overhead) for i in idx)
+            p_plain = sum((plain_tok[i] - 1) * (forward_of(1) + overhead(0)) for i in idx)
             rows.append({"config": name, "prompts": part, "requests": len(idx),
                          "counters_measured": [sum(a for a, _ in m_counts), sum(b for _, b in m_counts)],
                          "counters_predicted": [sum(a for a, _ in p_counts), sum(b for _, b in p_counts)],
@@ -245,7 +263,7 @@ def main(argv=None):
           f"threads {args.threads}; {len(prompts)} prompts ({half} calibration), {args.rounds} rounds, "
           f"n_predict {args.n_predict}")
     print("cost table (ms): " + ", ".join(f"forward[{n}] {v:.2f}" for n, v in forward.items())
-          + f"; per verified position {c_fit * 1e3:.3f}")
+          + f"; per verified position {c_fit * 1e3:.3f}, per speculative step {e_fit * 1e3:.3f}")
     print(f"{'config':<20} {'prompts':<12} {'counters meas':>14} {'predicted':>11} {'exact':>6} {'same':>5} {'own':>7} "
           f"{'speed-up meas':>13} {'pred':>6} {'error':>7}  verdict")
     for r in rows:
@@ -259,10 +277,10 @@ def main(argv=None):
     table = CostTable.from_dict({
         "version": 1, "machine": f"{os.cpu_count()} CPUs, llama.cpp 11434", "threads": args.threads,
         "note": "measured through llama-server: forward_s[n] cached-prefix forwards over n tokens, overhead_s[k] = "
-                "(k + 1) x the per-verified-position cost fitted on calibration prompts "
-                "(benchmarks/bench_llamacpp_ngram.py)",
+                "(k + 1) c + e (k > 0), c per verified position and e per speculative step fitted on calibration "
+                "prompts (benchmarks/bench_llamacpp_ngram.py)",
         "target": {"forward_s": {str(n): v / 1e3 for n, v in forward.items()}},
-        "drafts": {}, "overhead_s": {str(k): (k + 1) * c_pos for k in range(0, max(forward))}})
+        "drafts": {}, "overhead_s": {str(k): overhead(k) for k in range(0, max(forward))}})
     if args.costs_out:
         table.save(args.costs_out)
     if args.record:
@@ -271,7 +289,11 @@ def main(argv=None):
         with open(args.out, "w") as f:
             json.dump({"load_before": load0, "load_after": load1, "threads": args.threads, "rounds": args.rounds,
                        "n_predict": args.n_predict, "model": os.path.basename(args.model),
-                       "cost_table": table.as_dict(), "rows": rows}, f, indent=1)
+                       "cost_table": table.as_dict(), "fit": {"c_s": c_fit, "e_s": e_fit}, "rows": rows,
+                       "forward_ms": {str(n): v for n, v in sorted(fwd.items())},
+                       "timings": {name: [[{"predicted_ms": r["timings"]["predicted_ms"],
+                                            "predicted_n": r["timings"].get("predicted_n")} for r in rs]
+                                          for rs in runs[name]] for name in names}}, f, indent=1)
     return rows
 
 

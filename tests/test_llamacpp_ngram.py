@@ -140,6 +140,9 @@ def test_steps_and_time():
     assert s.as_dict()["draft_n"] == s.draft_n
     assert ngram_simple_time(s, lambda n: 0.01 * (n + 1), 0.001) == pytest.approx(
         sum(0.01 * (d + 2) + 0.001 for d, _ in s.steps))
+    # a per-drafted-length overhead (a cost table's overhead_s[k]): a speculative step may cost more than a plain one
+    assert ngram_simple_time(s, lambda n: 0.01 * (n + 1), lambda d: 0.001 * (d + 1) + (0.002 if d else 0.0)) == \
+        pytest.approx(sum(0.01 * (d + 2) + 0.001 * (d + 1) + (0.002 if d else 0.0) for d, _ in s.steps))
 
 
 def test_bad_input_names_the_argument():

@@ -175,7 +175,11 @@ def ngram_simple_counters(prompt: Sequence[int], output: Sequence[int], spec: Ng
     return NgramSimpleSteps(tuple(steps))
 
 
-def ngram_simple_time(steps: NgramSimpleSteps, forward_s: Callable[[int], float], overhead_s: float = 0.0) -> float:
+def ngram_simple_time(steps: NgramSimpleSteps, forward_s: Callable[[int], float],
+                      overhead_s: Callable[[int], float] | float = 0.0) -> float:
     """Seconds of the generation after the first token: each step is one target forward over ``drafted + 1``
-    tokens (``forward_s(n)``) plus ``overhead_s``; the n-gram lookup itself is free at this scale."""
+    tokens (``forward_s(n)``) plus its overhead: ``overhead_s(drafted)`` when a callable (a cost table's
+    ``overhead_s[k]``), else the same number for every step; the n-gram lookup itself is free at this scale."""
+    if callable(overhead_s):
+        return sum(forward_s(d + 1) + overhead_s(d) for d, _ in steps.steps)
     return sum(forward_s(d + 1) + overhead_s for d, _ in steps.steps)
