@@ -315,19 +315,22 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
         pending = set(futures)
         interrupted = True
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                failed = None
-                for f in sorted(finished, key=futures.get):
-                    if f.exception() is not None:
-                        failed = failed or f.exception()
-                    else:
-                        done[futures[f]] = f.result()
-                        if progress:
-                            progress(1)
-                if failed is not None:
-                    interrupted = False
-                    raise failed
+            with _DeferredInterrupt() as signalled:
+                while pending:
+                    finished, pending = wait(pending, timeout=_INTERRUPT_POLL_S, return_when=FIRST_COMPLETED)
+                    if signalled:
+                        raise KeyboardInterrupt
+                    failed = None
+                    for f in sorted(finished, key=futures.get):
+                        if f.exception() is not None:
+                            failed = failed or f.exception()
+                        else:
+                            done[futures[f]] = f.result()
+                            if progress:
+                                progress(1)
+                    if failed is not None:
+                        interrupted = False
+                        raise failed
             interrupted = False
         finally:
             # on a failure nothing new starts; requests in flight finish (each within its deadline) and their
@@ -339,6 +342,48 @@ def dump_from_servers(out, target_url: str, drafts: Mapping[str, str] | None = N
                 f.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
     return _assemble(out, staging, prompts, done, servers, args, run.caps, resumed, compressed, refetch)
+
+
+_INTERRUPT_POLL_S = 0.1
+
+
+class _DeferredInterrupt:
+    """While active (main thread only), Ctrl-C -- and SIGTERM where a Python handler already takes it, as the CLI
+    does -- only marks the interrupt (the context value turns true); the waiting loop polls it and raises
+    KeyboardInterrupt at a safe point.  Raised asynchronously, it could land inside
+    ``concurrent.futures.wait`` while it holds the futures' locks, and a worker finishing its request would then
+    wait on such a lock forever (the pool's shutdown with it)."""
+
+    def __init__(self):
+        self.hit = False
+        self._previous = {}
+
+    def __bool__(self) -> bool:
+        return self.hit
+
+    def _mark(self, _signum, _frame):
+        self.hit = True
+
+    def __enter__(self):
+        import signal
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None)):
+                if sig is None:
+                    continue
+                current = signal.getsignal(sig)
+                if sig == signal.SIGINT and current is signal.default_int_handler or \
+                        sig != signal.SIGINT and callable(current):
+                    self._previous[sig] = signal.signal(sig, self._mark)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        return False
 
 
 def _staged(run: _Run, staging: str, n: int):

@@ -16,7 +16,8 @@ settings.register_profile(
 )
 settings.load_profile("fastspec")
 
-pytest_plugins = ["vllm_env"]  # the session fixture vllm_python (vLLM's own environment)
+# the session fixture vllm_python (vLLM's own environment); the whole suite spread over the cores (pytest-xdist)
+pytest_plugins = ["vllm_env", "spread"]
 
 HEAVY = ("slow", "hf", "dask", "subprocess", "statistical", "vllm", "llamacpp")
 

@@ -476,3 +476,20 @@ def test_item23_staging_and_out_paths_print_as_typed(hostile, tmp_path, monkeypa
     line = _one_line_error(_cli("dump-server", *common, "--out", "nodir/x.npz"), 2)
     assert "directory nodir does not exist" in line and str(tmp_path) not in line
     assert pf.exists()
+
+
+def test_item6_an_interrupt_is_raised_at_a_safe_point_not_inside_the_pool_wait():
+    """Ctrl-C during the wait only marks the interrupt; the loop raises it itself.  Raised asynchronously it
+    could land while ``concurrent.futures.wait`` holds the futures' locks, and a worker would hang on one."""
+    from fastspec.server_dump import _DeferredInterrupt
+
+    before = signal.getsignal(signal.SIGINT)
+    with _DeferredInterrupt() as hit:
+        assert not hit
+        os.kill(os.getpid(), signal.SIGINT)   # delivered to the main thread: no KeyboardInterrupt here
+        time.sleep(0.05)
+        assert hit
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):   # outside it, Ctrl-C is Python's again
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)

@@ -394,6 +394,7 @@ def test_worker_that_dies_or_hangs_mid_run(fake_python, tmp_path):
     finally:
         w.close()
     w = _worker(fake_python, tmp_path, "hang")
+    w.quit_wait_s = 1.0  # a hung worker never reads "quit": terminated after this grace (30 s by default)
     try:
         w.wait_ready(30)
         with pytest.raises(EngineError, match="no answer within 1 s"):

@@ -7,6 +7,7 @@ numpy / numba / transformers to other versions than fastspec's, so it never shar
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -21,13 +22,28 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "vllm_env.sh")
 
 @pytest.fixture(scope="session")
 def vllm_python():
+    """vLLM's Python.  For the session, ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (unless set): vLLM's engine core runs
+    in the process that loads the engine instead of a second process that imports torch and vLLM again (half the
+    time of a test that starts three engines); tokens and counters do not depend on it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0"))
+        yield make()
+
+
+def make() -> str:
+    """vLLM's Python, its environment made first when missing (under a lock: one maker at a time, whether the
+    test workers of a distributed run or ``spread``'s background maker)."""
     given = os.environ.get("FASTSPEC_VLLM_PYTHON")
     if given:
         return given
     py = os.path.join(ENV_DIR, "bin", "python")
-    if not os.path.exists(os.path.join(ENV_DIR, ".complete")):
-        t0 = time.perf_counter()
-        proc = subprocess.run(["bash", SCRIPT, ENV_DIR], capture_output=True, text=True, timeout=1800)
-        assert proc.returncode == 0, f"creating vLLM's environment failed: {proc.stderr[-2000:]}"
-        print(f"vLLM environment created in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    os.makedirs(os.path.dirname(ENV_DIR), exist_ok=True)
+    # one creator at a time: the test workers of a distributed run (pytest-xdist) each ask for it
+    with open(ENV_DIR + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(ENV_DIR, ".complete")):
+            t0 = time.perf_counter()
+            proc = subprocess.run(["bash", SCRIPT, ENV_DIR], capture_output=True, text=True, timeout=1800)
+            assert proc.returncode == 0, f"creating vLLM's environment failed: {proc.stderr[-2000:]}"
+            print(f"vLLM environment created in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return py

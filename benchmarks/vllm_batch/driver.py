@@ -90,7 +90,10 @@ TINY_S = 1e-9  # the smallest time a cost table holds: "inside another entry"
 
 class BatchWorker:
     """One vLLM engine in its own process (``_worker.py``, run by path: its folder holds no module named vllm),
-    answering JSON jobs one at a time."""
+    answering JSON jobs one at a time.  :meth:`close` asks it to quit and waits ``quit_wait_s`` seconds before it
+    terminates (then kills) the process."""
+
+    quit_wait_s = 30.0
 
     def __init__(self, python: str, job: dict, *, name: str, log_path: str, env: dict | None = None):
         self.name = name
@@ -150,7 +153,7 @@ class BatchWorker:
                 try:
                     self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
                     self.proc.stdin.flush()
-                    self.proc.wait(30)
+                    self.proc.wait(self.quit_wait_s)
                 except (BrokenPipeError, subprocess.TimeoutExpired, OSError):
                     self.proc.terminate()
                     try:
