@@ -7,7 +7,9 @@ point; the vLLM environment is made under a lock).  ``-n 0`` runs the suite in o
 loadfile``), so a module fixture is built once per run.  The long tests are handed out first, so that none of them
 runs alone at the end: those marked slow, then the real vLLM engines.  With ``--all``, vLLM's environment, when it
 is missing, is made in the background from the start (``vllm_env``, under its lock), while the workers run the
-slow tests; the vLLM tests wait for it only if it is not finished when their turn comes.
+slow tests; the vLLM tests wait for it only if it is not finished when their turn comes.  In a worker, torch
+computes with one thread (two workers each running two threads on two cores made a torch-bound test 5x slower);
+processes the tests start keep their defaults.
 """
 from __future__ import annotations
 
@@ -48,6 +50,21 @@ def pytest_cmdline_main(config):
 def pytest_collection_modifyitems(config, items):
     if config.getoption("numprocesses", None) or hasattr(config, "workerinput"):
         items.sort(key=_order)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread_per_worker(request):
+    def one():
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+
+    if hasattr(request.config, "workerinput"):
+        one()
+        yield
+        one()
+    else:
+        yield
 
 
 def pytest_configure(config):

@@ -318,6 +318,13 @@ def test_item24_the_bound_scales_with_top_logprobs_and_tokens():
 
 # ---------------------------------------------------------------------------------------- 6: Ctrl-C
 @pytest.mark.subprocess
+def _ctrl_c_as_from_a_shell():
+    """In the child: Ctrl-C as an interactive shell leaves it (default).  A process inherits an ignored SIGINT, and
+    Python then never turns it into KeyboardInterrupt: a library loaded by an earlier test in the same worker may
+    have left it ignored, and the command under test then never saw the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_item6_ctrl_c_stops_requests_and_retries_at_once(hostile, tmp_path):
     def hook(path, body, _obj):
         if path == "/v1/completions" and _is_prompt(body, PROMPTS[1]):
@@ -332,7 +339,8 @@ def test_item6_ctrl_c_stops_requests_and_retries_at_once(hostile, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "fastspec_cli", "dump-server", "--target", url, "--prompts",
                              str(_prompts_file(tmp_path, PROMPTS[:3])), "--out", str(out), "--max-new-tokens", "2",
                              "--top-logprobs", "2", "--concurrency", "3", "--retries", "100"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            preexec_fn=_ctrl_c_as_from_a_shell)
     try:
         staged = os.path.join(staging_dir(str(out)), "prompt-000000.json")
         deadline = time.monotonic() + 120
@@ -483,13 +491,16 @@ def test_item6_an_interrupt_is_raised_at_a_safe_point_not_inside_the_pool_wait()
     could land while ``concurrent.futures.wait`` holds the futures' locks, and a worker would hang on one."""
     from fastspec.server_dump import _DeferredInterrupt
 
-    before = signal.getsignal(signal.SIGINT)
-    with _DeferredInterrupt() as hit:
-        assert not hit
-        os.kill(os.getpid(), signal.SIGINT)   # delivered to the main thread: no KeyboardInterrupt here
-        time.sleep(0.05)
-        assert hit
-    assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt):   # outside it, Ctrl-C is Python's again
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.5)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)   # as Python sets it up (see above)
+    try:
+        with _DeferredInterrupt() as hit:
+            assert not hit
+            os.kill(os.getpid(), signal.SIGINT)   # delivered to the main thread: no KeyboardInterrupt here
+            time.sleep(0.05)
+            assert hit
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):   # outside it, Ctrl-C is Python's again
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+    finally:
+        signal.signal(signal.SIGINT, inherited)

@@ -445,7 +445,7 @@ def test_real_vllm_counters_exact_at_every_concurrency(vllm_python, tmp_path):
         motif = [int(x) for x in rng.integers(2, 256, 6 + i)]
         prompts.append([0] + (motif * 40)[:130 + 3 * i])
     res = VB.measure_vllm_batch(vllm_python, model, prompts, k=3, min_n=1, max_n=3, batches=[1, 4], max_tokens=40,
-                                rounds=1, cost_rounds_per_round=3, decode_steps=4, log_dir=str(tmp_path / "logs"),
+                                rounds=1, cost_rounds_per_round=5, decode_steps=16, log_dir=str(tmp_path / "logs"),
                                 timeout_s=900, env={"OMP_WAIT_POLICY": "PASSIVE"})
     d = res.as_dict()
     assert res.engine_version == "0.32.0"

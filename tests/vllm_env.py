@@ -22,12 +22,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "vllm_env.sh")
 
 @pytest.fixture(scope="session")
 def vllm_python():
-    """vLLM's Python.  For the session, ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (unless set): vLLM's engine core runs
-    in the process that loads the engine instead of a second process that imports torch and vLLM again (half the
-    time of a test that starts three engines); tokens and counters do not depend on it."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0"))
-        yield make()
+    return make()
 
 
 def make() -> str:
