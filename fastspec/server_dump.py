@@ -33,6 +33,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import threading
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -365,8 +366,6 @@ class _DeferredInterrupt:
         self.hit = True
 
     def __enter__(self):
-        import signal
-
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None)):
                 if sig is None:
@@ -378,8 +377,6 @@ class _DeferredInterrupt:
         return self
 
     def __exit__(self, *exc):
-        import signal
-
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
