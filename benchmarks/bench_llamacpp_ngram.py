@@ -42,6 +42,8 @@ import sys
 import time
 import urllib.request
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -130,16 +132,9 @@ def _counters(steps) -> tuple[int, int]:
 
 
 def _least_squares(xs, ys) -> tuple[float, float]:
-    """(c, e) minimizing sum (y - c x0 - e x1)^2 (2 x 2 normal equations); e = 0 when no row has x1."""
-    a = sum(x0 * x0 for x0, _ in xs)
-    b = sum(x0 * x1 for x0, x1 in xs)
-    d = sum(x1 * x1 for _, x1 in xs)
-    u = sum(x0 * y for (x0, _), y in zip(xs, ys, strict=True))
-    v = sum(x1 * y for (_, x1), y in zip(xs, ys, strict=True))
-    det = a * d - b * b
-    if d == 0 or det <= 0:
-        return u / max(a, 1e-300), 0.0
-    return (u * d - b * v) / det, (a * v - b * u) / det
+    """(c, e) minimizing sum (y - c x0 - e x1)^2; e = 0 when no row has x1 (the minimum-norm solution)."""
+    c, e = np.linalg.lstsq(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), rcond=None)[0]
+    return float(c), float(e)
 
 
 def write_record(path, args, configs, names, prompts, records, runs):

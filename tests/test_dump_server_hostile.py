@@ -317,7 +317,6 @@ def test_item24_the_bound_scales_with_top_logprobs_and_tokens():
 
 
 # ---------------------------------------------------------------------------------------- 6: Ctrl-C
-@pytest.mark.subprocess
 def _ctrl_c_as_from_a_shell():
     """In the child: Ctrl-C as an interactive shell leaves it (default).  A process inherits an ignored SIGINT, and
     Python then never turns it into KeyboardInterrupt: a library loaded by an earlier test in the same worker may
@@ -325,6 +324,7 @@ def _ctrl_c_as_from_a_shell():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.subprocess
 def test_item6_ctrl_c_stops_requests_and_retries_at_once(hostile, tmp_path):
     def hook(path, body, _obj):
         if path == "/v1/completions" and _is_prompt(body, PROMPTS[1]):
