@@ -53,7 +53,7 @@ from .io.dump import DumpBase, check_max_bytes
 from .io.opener import open_dump
 from .io.shards import ShardedDump
 from .params import SamplingParams, per_row
-from .processing import kernel_view, logits_array
+from .processing import kernel_view, logits_array, read_only
 
 __all__ = ["acceptance_rates", "acceptance_bounds", "dump_acceptance", "DraftAcceptance", "resolve_sampling",
            "inspect_dump", "DumpInspection", "DraftFigures", "ALPHA_PASS",
@@ -114,13 +114,13 @@ def acceptance_rates(target_logits, draft_logits, *, temperature=1.0, top_k=0, t
 
 
 def _bounds(ti, tl, di, dl, valid, greedy):
-    ti = np.ascontiguousarray(ti, dtype=np.int64)
-    di = np.ascontiguousarray(di, dtype=np.int64)
+    ti = read_only(np.ascontiguousarray(ti, dtype=np.int64))  # read-only: one compiled kernel (read_only)
+    di = read_only(np.ascontiguousarray(di, dtype=np.int64))
     lo = np.empty(ti.shape[0])
     hi = np.empty(ti.shape[0])
     if ti.shape[0]:
-        bounds_rows(ti, np.ascontiguousarray(tl, dtype=np.float64), np.argsort(ti, axis=1, kind="stable"),
-                    di, np.ascontiguousarray(dl, dtype=np.float64), np.argsort(di, axis=1, kind="stable"),
+        bounds_rows(ti, read_only(np.ascontiguousarray(tl, dtype=np.float64)), np.argsort(ti, axis=1, kind="stable"),
+                    di, read_only(np.ascontiguousarray(dl, dtype=np.float64)), np.argsort(di, axis=1, kind="stable"),
                     valid, bool(greedy), lo, hi)
     return lo, hi
 

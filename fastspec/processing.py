@@ -34,12 +34,23 @@ def logits_array(name: str, logits, ndim: int | None = None) -> np.ndarray:
     return logits
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a``, or a read-only view of it (no copy).  Kernels only read their inputs, and Numba compiles a kernel
+    once per array type, read-only or not: handing them read-only arrays only, whether the caller's arrays are
+    memory-mapped (read-only) or in memory (writable), compiles each kernel once instead of twice."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
 def kernel_view(a: np.ndarray) -> np.ndarray:
     """What kernels read: the same data with a contiguous last axis (copied only when the last axis is strided),
-    float16 viewed as its uint16 bit patterns (Numba has no float16; the kernels widen them exactly)."""
+    float16 viewed as its uint16 bit patterns (Numba has no float16; the kernels widen them exactly), read-only
+    (:func:`read_only`)."""
     if a.ndim and (a.strides[-1] != a.itemsize or not all(s % a.itemsize == 0 for s in a.strides)):
         a = np.ascontiguousarray(a)
-    return a.view(np.uint16) if a.dtype == np.float16 else a
+    return read_only(a.view(np.uint16) if a.dtype == np.float16 else a)
 
 
 def raise_bad_values(name: str, logits: np.ndarray) -> None:

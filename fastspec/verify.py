@@ -44,7 +44,7 @@ from .errors import InvalidInput, InvalidType
 from .methods import check_method
 from .params import per_row
 from ._numba.rng import row_seeds, seed_bits
-from .processing import kernel_view, logits_array, raise_bad_values
+from .processing import kernel_view, logits_array, raise_bad_values, read_only
 
 __all__ = ["VerifyResult", "verify_logits", "verify_probs"]
 
@@ -292,6 +292,8 @@ def _one_row(xt, xd, toks, temperature, top_k, top_p, min_p, seed, check_all):
     if dt == _ONE_ROW_DTYPES[0]:  # float16 as its bits, as kernel_view does
         xt = xt.view(np.uint16)
         xd = None if xd is None else xd.view(np.uint16)
+    xt = read_only(xt)  # as kernel_view does: one compiled kernel for read-only and writable logits
+    xd = None if xd is None else read_only(xd)
     buf = _thread_flat(_row_buffer_size(shape[2]))
     tokens, summary, ok = token_kernels.verify_one_row(xt, xt if xd is None else xd, xd is not None, check_all, toks,
                                                        config, seed - 2 ** 64 if seed >= 2 ** 63 else seed, buf)

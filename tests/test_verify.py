@@ -157,7 +157,7 @@ def test_p_equals_q_never_rejects():
     r = verify_probs(p, p[:, :3], toks, seed=1)
     assert (r.num_accepted == 3).all() and (r.residual_underflows == 0).all()
     x = np.log(p)
-    r = verify_logits(x, x[:, :3], toks, seed=1)
+    r = verify_logits(x, np.ascontiguousarray(x[:, :3]), toks, seed=1)  # contiguous: no extra compiled layout
     assert (r.num_accepted == 3).all() and np.isfinite(r.tokens).all()
 
 
@@ -203,7 +203,7 @@ def test_all_minus_inf_but_one_v1_k0_float16_boundary():
                       np.zeros((4, 0), int))
     assert (r.num_emitted == 1).all() and ((r.tokens >= 0) & (r.tokens < 100)).all()
     h = np.random.default_rng(1).standard_normal((3, 4, 50)).astype(np.float16)
-    r16 = verify_logits(h, h[:, :3], [[1, 2, 3]] * 3, seed=4)
+    r16 = verify_logits(h, np.ascontiguousarray(h[:, :3]), [[1, 2, 3]] * 3, seed=4)
     r32 = verify_logits(h.astype(np.float32), h[:, :3].astype(np.float32), [[1, 2, 3]] * 3, seed=4)
     np.testing.assert_array_equal(r16.tokens, r32.tokens)
 
