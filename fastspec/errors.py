@@ -14,9 +14,10 @@ that does not answer (:class:`ClusterError`), a missing extra (:class:`MissingEx
 from __future__ import annotations
 
 import numbers
+from contextlib import contextmanager
 
 __all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
-           "MissingExtra", "check_int", "shown"]
+           "MissingExtra", "check_int", "shown", "about"]
 
 
 class FastspecError(Exception):
@@ -78,3 +79,15 @@ def check_int(name: str, value, low: int, high: int | None = None) -> int:
     if value < low or (high is not None and value > high):
         raise InvalidInput(f"{name} = {value!r} must be {want}", argument=name)
     return int(value)
+
+
+@contextmanager
+def about(*names):
+    """Tag a typed error raised inside with the argument(s) at fault, ``exc.arguments`` (unless an inner check tagged
+    it already), and let it go on: a front end speaks of its own names for them (the command line: its flags)."""
+    try:
+        yield
+    except (InvalidInput, InvalidType) as exc:
+        if getattr(exc, "arguments", None) is None:
+            exc.arguments = names
+        raise

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, Mapping, NamedTuple, Sequence
@@ -21,7 +20,7 @@ from ..config import (DEFAULT_BATCHES, DEFAULT_BLOCK_TRIALS, DEFAULT_TRIALS, MAX
                       MAX_TRIALS, MIN_TRIALS)
 from ..acceptance import resolve_sampling
 from ..costs import CostTable
-from ..errors import InvalidInput, InvalidType
+from ..errors import InvalidInput, InvalidType, about
 from ..methods import check_candidate_sampling, check_method
 from ..ngram import NgramProposer
 from ..params import NAMES as SAMPLING_NAMES, SamplingParams, _scalar, format_value
@@ -93,18 +92,6 @@ def _as_list(value, name):
 def _shown(v) -> str:
     """A value in a message as it was written: text as it is (a list item of "1,2.5"), numbers as typed."""
     return v if isinstance(v, str) else format_value(v)
-
-
-@contextmanager
-def about(*names):
-    """Tag a typed error raised inside with the argument(s) at fault, ``exc.arguments`` (unless an inner check tagged
-    it already), and let it go on."""
-    try:
-        yield
-    except (InvalidInput, InvalidType) as exc:
-        if getattr(exc, "arguments", None) is None:
-            exc.arguments = names
-        raise
 
 
 def variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:

@@ -1,0 +1,139 @@
+"""Each command maps its flags onto the library's config in one table (issue #29, item 4): the library validates
+every value once, and its error about an argument is one line naming the flag the user typed (exit 2), before any
+work; a command that reads a dump opens it once."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fastspec import save_dump
+from fastspec_cli.main import app
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_line(r, prefix: str) -> str:
+    """The single stderr line of a bad-input exit, which must start with ``prefix`` (the flag)."""
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fastspec: error: {prefix}"), r.stderr
+    assert "Traceback" not in r.stderr and "np." not in r.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    n, t, v = 3, 12, 16
+    target = rng.normal(0, 2, (n, t, v))
+    path = tmp_path_factory.mktemp("d") / "pair.npz"
+    return save_dump(str(path), target.astype(np.float16),
+                     {"near": (target + rng.normal(0, 0.5, (n, t, v))).astype(np.float16)},
+                     temperature=1.0, top_k=0, top_p=1.0)
+
+
+def _costs_table(n=12) -> dict:
+    return {"version": 1, "machine": "test",
+            "target": {"forward_s": {str(i): 0.01 + 0.0002 * i for i in range(1, n + 1)}},
+            "drafts": {"near": {"forward_s": {"1": 0.002}}}, "overhead_s": {str(i): 0.0003 for i in range(0, n)}}
+
+
+@pytest.fixture(scope="module")
+def costs(tmp_path_factory):
+    p = tmp_path_factory.mktemp("c") / "costs.json"
+    p.write_text(json.dumps(_costs_table()))
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def priced_dump(tmp_path_factory):
+    """A dump that records its cost table."""
+    rng = np.random.default_rng(4)
+    target = rng.normal(0, 2, (3, 12, 16))
+    path = tmp_path_factory.mktemp("p") / "priced.npz"
+    return save_dump(str(path), target, {"near": target + rng.normal(0, 0.5, target.shape)}, temperature=1.0,
+                     costs=_costs_table())
+
+
+@pytest.fixture
+def opens(monkeypatch):
+    """The number of times an .npz dump is opened (every open_dump of a file goes through the opener's load_dump)."""
+    from fastspec.io import opener
+
+    count = {"n": 0}
+    real = opener.load_dump
+
+    def counted(*a, **kw):
+        count["n"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(opener, "load_dump", counted)
+    return count
+
+
+def _no_work(monkeypatch, module, name):
+    """Fail the test if the command reaches ``module.name`` (the work after the checks)."""
+    monkeypatch.setattr(module, name, lambda *_a, **_kw: pytest.fail(f"{name} reached before the flags were checked"))
+
+
+# ------------------------------------------------------------------ policy-search
+
+POLICY_SEARCH_BAD = [("--costs", "no-such-costs.json"), ("--budget-s", "0"), ("--trials", "1"),
+                     ("--seed", str(2 ** 64)), ("--temperature", "-1"), ("--top-k", "-3"), ("--top-p", "1.5"),
+                     ("--min-p", "1")]
+
+
+def test_policy_search_table_is_covered():
+    """Every flag of the command's table but --draft (checked against the dump) has a bad value here."""
+    import inspect as pyinspect
+
+    from fastspec_cli import policy_cmd
+
+    src = pyinspect.getsource(policy_cmd.policy_search_command)
+    table = src[src.index("flags = {"):src.index("conflicts = {")]
+    assert table
+    flags = {f for f in ("--costs", "--draft", "--budget-s", "--trials", "--seed", "--temperature", "--top-k",
+                         "--top-p", "--min-p") if f'"{f}"' in table}
+    assert flags - {"--draft"} == {f for f, _ in POLICY_SEARCH_BAD}
+
+
+@pytest.mark.parametrize("flag, value", POLICY_SEARCH_BAD)
+def test_policy_search_bad_flag_is_one_line_before_the_dump_is_read(dump, costs, opens, flag, value, monkeypatch):
+    from fastspec.simulation import policy_search
+
+    _no_work(monkeypatch, policy_search, "policy_features")
+    line = one_line(run("policy-search", dump, "--costs", costs, flag, value), flag)
+    assert opens["n"] == 0, line  # refused before the dump was opened
+    for name in ("budget_s", "top_p", "min_p", "top_k", "temperature =", "trials =", "seed ="):
+        assert name not in line  # told about the flag, not the library's argument
+
+
+def test_policy_search_opens_the_dump_once(dump, priced_dump, costs, opens):
+    for args in ([dump, "--costs", costs], [priced_dump]):  # a given table; the dump's recorded one
+        before = opens["n"]
+        r = run("policy-search", *args, "--trials", "10", "--json")
+        assert r.exit_code == 0, r.stderr
+        assert opens["n"] == before + 1, args
+    r = run("policy-search", dump)  # the dump records no table: refused after one open, naming --costs
+    assert "needs one" in one_line(r, "--costs: ") and opens["n"] == 3
+
+
+def test_policy_search_config_tags_its_errors_and_is_one_way_in(dump, costs):
+    from fastspec.errors import InvalidInput
+    from fastspec.simulation.policy_search import PolicySearchConfig, search_policies
+
+    for field, value in (("budget_s", 0), ("trials", 1), ("seed", 2 ** 64), ("top_p", 1.5), ("costs", "nope.json")):
+        with pytest.raises((InvalidInput, TypeError)) as exc:
+            PolicySearchConfig(**{"costs": costs, field: value})
+        assert exc.value.arguments == (field,)
+    config = PolicySearchConfig(costs, trials=10, grid=["fixed:k=2"])
+    assert search_policies(dump, config=config).draft == "near"
+    with pytest.raises(InvalidInput, match="not both"):
+        search_policies(dump, config=config, trials=20)
