@@ -13,11 +13,13 @@ that does not answer (:class:`ClusterError`), a missing extra (:class:`MissingEx
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from contextlib import contextmanager
 
 __all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
-           "MissingExtra", "check_int", "shown", "about"]
+           "MissingExtra", "check_int", "shown", "about",
+           "config_or_settings"]
 
 
 class FastspecError(Exception):
@@ -91,3 +93,25 @@ def about(*names):
         if getattr(exc, "arguments", None) is None:
             exc.arguments = names
         raise
+
+
+def config_or_settings(cls, config, settings: dict):
+    """The settings of an analysis as its frozen config dataclass ``cls``: ``config`` as it is, or ``cls(**settings)``
+    (the caller's arguments one by one, validated on construction).  Both at once -- ``config`` and a setting away
+    from its default -- is refused (InvalidInput, ``argument="config"``)."""
+    if config is None:
+        return cls(**settings)
+    if not isinstance(config, cls):
+        raise InvalidType(f"config must be a {cls.__name__} or None, got {type(config).__name__}", argument="config")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    mixed = [n for n, v in settings.items() if v is not None and not _same(v, defaults.get(n))]
+    if mixed:
+        raise InvalidInput(f"give the settings either as config= or one by one ({', '.join(mixed)}), not both",
+                           argument="config")
+    return config
+
+
+def _same(value, default) -> bool:
+    """``value`` is the default of a setting (a plain scalar or tuple compared by value; anything else by identity)."""
+    return value is default or (type(value) is type(default) and isinstance(value, (bool, int, float, str, tuple))
+                                and value == default)

@@ -133,7 +133,40 @@ def test_policy_search_config_tags_its_errors_and_is_one_way_in(dump, costs):
         with pytest.raises((InvalidInput, TypeError)) as exc:
             PolicySearchConfig(**{"costs": costs, field: value})
         assert exc.value.arguments == (field,)
-    config = PolicySearchConfig(costs, trials=10, grid=["fixed:k=2"])
+    config = PolicySearchConfig(costs=costs, trials=10, grid=["fixed:k=2"])
     assert search_policies(dump, config=config).draft == "near"
     with pytest.raises(InvalidInput, match="not both"):
         search_policies(dump, config=config, trials=20)
+
+
+# ------------------------------------------------------------------ inspect
+
+INSPECT_BAD = [("--k", "0"), ("--k", "1-1000"), ("--temperature", "-1"), ("--top-k", "-3"), ("--top-p", "1.5"),
+               ("--min-p", "1")]
+
+
+@pytest.mark.parametrize("flag, value", INSPECT_BAD)
+def test_inspect_bad_flag_is_one_line_before_the_dump_is_read(dump, opens, flag, value):
+    line = one_line(run("inspect", dump, flag, value), f"{flag} ")
+    assert opens["n"] == 0, line
+    assert "ks =" not in line and " ks " not in line and "top_p" not in line and "min_p" not in line
+
+
+def test_inspect_opens_the_dump_once(dump, opens):
+    r = run("inspect", dump, "--k", "1,2", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert opens["n"] == 1 and json.loads(r.stdout)["acceptance"]["near"]["exact"]
+
+
+def test_inspect_config_tags_its_errors_and_is_one_way_in(dump):
+    from fastspec.acceptance import InspectConfig, inspect_dump
+    from fastspec.errors import InvalidInput
+
+    for field, value in (("ks", 0), ("top_p", 1.5), ("temperature", -1.0)):
+        with pytest.raises(InvalidInput) as exc:
+            InspectConfig(**{field: value})
+        assert exc.value.arguments == (field,)
+    config = InspectConfig(ks=(2, 1), temperature=0.5)
+    assert inspect_dump(dump, config=config).ks == (2, 1)
+    with pytest.raises(InvalidInput, match=r"one by one \(top_k\), not both"):
+        inspect_dump(dump, config=config, top_k=3)

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from ..config import MAX_K
 from .._numba.rng import seed_bits
-from ..errors import InvalidInput, InvalidType, about
-from ..params import SamplingParams
+from ..errors import InvalidInput, InvalidType, about, config_or_settings
+from ..params import SamplingParams, SamplingSettings
 from ..policies import DraftPolicy, parse_policy
-from .config import check_trials, sampling_overrides
+from .config import check_trials
 from .policy_eval import (DEFAULT_POLICY_TRIALS, MAX_POLICY_TRIALS, PolicyEstimate, _open_dump, check_policy_dump,
                           evaluate_features, needed_thetas, step_costs)
 from .policy_features import MAX_DRAW_BYTES, policy_features
@@ -132,8 +132,8 @@ def _cost_of(costs):
     return CostTable.of(costs)
 
 
-@dataclass(frozen=True)
-class PolicySearchConfig:
+@dataclass(frozen=True, kw_only=True)
+class PolicySearchConfig(SamplingSettings):
     """What :func:`search_policies` searches, as the caller gave it; validated on construction, before any dump is
     read (typed errors tagged with the argument(s) at fault, ``exc.arguments``: :func:`fastspec.errors.about`).
     The fields are :func:`search_policies`'s settings (its docstring); ``costs="dump"``: the dump's recorded
@@ -145,22 +145,13 @@ class PolicySearchConfig:
     budget_s: float = 120.0
     trials: int = DEFAULT_POLICY_TRIALS
     seed: int = 0
-    sampling: SamplingParams | None = None
-    temperature: Any = None
-    top_k: Any = None
-    top_p: Any = None
-    min_p: Any = None
     include_hf_default: bool = True
-
-    def __post_init__(self):
-        self.checked  # noqa: B018 - validated on construction
 
     @cached_property
     def checked(self) -> dict:
         """{"overrides": the explicit sampling settings, "trials", "cost": the cost model (or "dump"), "grid": the
         parsed policies (None: :func:`default_grid`)}; the checks run in the command line's order of its flags."""
-        overrides = sampling_overrides(self.sampling, dict(temperature=self.temperature, top_k=self.top_k,
-                                                           top_p=self.top_p, min_p=self.min_p))
+        overrides = self.overrides()
         with about("seed"):
             seed_bits(self.seed)  # the typed check the verify functions use: an integer in [-2**63, 2**64)
         with about("trials"):
@@ -195,13 +186,7 @@ def search_policies(dump, draft: str | None = None, costs=None, *, grid=None, bu
     settings = dict(costs=costs, draft=draft, grid=grid, budget_s=budget_s, trials=trials, seed=seed,
                     sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                     include_hf_default=include_hf_default)
-    if config is None:
-        config = PolicySearchConfig(**settings)
-    elif not isinstance(config, PolicySearchConfig):
-        raise InvalidType(f"config must be a PolicySearchConfig or None, got {type(config).__name__}",
-                          argument="config")
-    elif settings != {f.name: f.default for f in fields(PolicySearchConfig) if f.name != "costs"} | {"costs": None}:
-        raise InvalidInput("give the settings either as config= or one by one, not both", argument="config")
+    config = config_or_settings(PolicySearchConfig, config, settings)
     if progress is not None and not callable(progress):
         raise InvalidType("progress must be a function (done, total) or None")
     plan = config.checked
