@@ -170,3 +170,40 @@ def test_inspect_config_tags_its_errors_and_is_one_way_in(dump):
     assert inspect_dump(dump, config=config).ks == (2, 1)
     with pytest.raises(InvalidInput, match=r"one by one \(top_k\), not both"):
         inspect_dump(dump, config=config, top_k=3)
+
+
+# ------------------------------------------------------------------ audit-output
+
+AUDIT_BAD = [("--temperature", "-1"), ("--top-k", "-3"), ("--top-p", "2"), ("--min-p", "1"), ("--epsilon", "0"),
+             ("--epsilon", "1"), ("--seed", str(2 ** 64))]
+
+
+@pytest.mark.parametrize("flag, value", AUDIT_BAD)
+def test_audit_output_bad_flag_is_one_line_before_torch(tmp_path, monkeypatch, flag, value):
+    from fastspec_cli import audit_output_cmd
+
+    _no_work(monkeypatch, audit_output_cmd, "import_hf")
+    _no_work(monkeypatch, audit_output_cmd, "load_models")
+    line = one_line(run("audit-output", "--target", tmp_path / "no-model", "--tokens", tmp_path / "no.jsonl",
+                        flag, value), f"{flag} ")
+    assert "no-model" not in line and "no.jsonl" not in line  # nothing was looked for on disk first
+
+
+def test_audit_epsilon_message_is_the_flags():
+    line = one_line(run("audit-output", "--target", "m", "--tokens", "t.jsonl", "--epsilon", "0"), "--epsilon ")
+    assert line == "fastspec: error: --epsilon 0.0 is invalid: use a number in (0, 1), e.g. 1e-6"
+
+
+def test_audit_config_tags_its_errors_and_is_one_way_in():
+    from fastspec.audit import AuditConfig, OutputAudit
+    from fastspec.errors import InvalidInput
+
+    for field, value in (("epsilon", 1.0), ("top_p", 2.0), ("seed", 2 ** 64), ("alpha", 0.6)):
+        with pytest.raises(InvalidInput) as exc:
+            AuditConfig(**{field: value})
+        assert exc.value.arguments == (field,)
+    config = AuditConfig(temperature=0.5, seed=3)
+    a = OutputAudit(config=config)
+    assert a.params.temperature == 0.5 and a.seed == 3 and a.config is config
+    with pytest.raises(InvalidInput, match=r"one by one \(seed\), not both"):
+        OutputAudit(config=config, seed=4)
