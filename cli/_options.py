@@ -211,14 +211,12 @@ def check_range(flag: str, value: Optional[int], low: int, high: int, unit: str 
 
 def check_model_seed(seed: int) -> int:
     """--seed of dump, cost and measure: an integer in [0, 2**63) (:data:`SEED_END`), the range every step of the
-    real-model pipeline takes alike (NumPy's generators, the loop's derived seeds, simulate's seed)."""
-    from fastspec.errors import InvalidType, check_int
+    real-model pipeline takes alike (NumPy's generators, the loop's derived seeds, simulate's seed): the library's
+    rule (fastspec.costs.settings.check_model_seed), told about the flag."""
+    from fastspec.costs.settings import check_model_seed as library_check
 
-    try:
-        check_int("--seed", seed, 0, SEED_END - 1)
-    except (InvalidInput, InvalidType):
-        raise FlagError(f"--seed {seed} is invalid: use {SEED_HELP} (0..{SEED_END - 1})") from None
-    return seed
+    with option_errors("--seed"):
+        return library_check(seed)
 
 
 def check_threads(threads: Optional[int]) -> Optional[int]:

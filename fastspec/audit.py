@@ -100,7 +100,7 @@ from .errors import InvalidInput, InvalidType, about, config_or_settings
 from .gof import (POOLED_TESTS, SURPRISAL_FLOOR, ad_pvalue, ad_statistic, argmax_score_pvalue, ks_pvalue,
                   ks_statistic, normal_z_p, poisson_binomial_sf, surprisal_score_pvalue)
 from .io.tokens import MAX_TOKEN_FILE_BYTES, TokenRecord, check_token_ids, read_token_file
-from .params import NAMES as SAMPLING_NAMES, SamplingParams, sampling_overrides
+from .params import GivenSampling
 
 __all__ = ["OutputAudit", "AuditConfig", "AuditResult", "GroupResult", "audit_output", "ks_pvalue", "ks_statistic",
            "ad_statistic", "ad_pvalue", "poisson_binomial_sf", "argmax_score_pvalue", "surprisal_score_pvalue",
@@ -201,8 +201,8 @@ def _float_param(name: str, value, low: float, high: float, *, open_low: bool = 
     return v
 
 
-@dataclass(frozen=True)
-class AuditConfig:
+@dataclass(frozen=True, kw_only=True)
+class AuditConfig(GivenSampling):
     """What an output audit tests under (:class:`OutputAudit`, :func:`fastspec.hf.audit.audit_model_output`): the
     sampling settings the engine used (fastspec.params' ranges; None: the default), ``seed`` (keys the PIT's
     randomization), ``epsilon`` (the tail threshold, in (0, 1)), ``alpha`` (the audit's false-alarm probability,
@@ -210,10 +210,6 @@ class AuditConfig:
     margins of the module docstring.  Validated on construction (typed errors tagged with the argument at fault,
     ``exc.arguments``: :func:`fastspec.errors.about`); the fields then hold the validated values."""
 
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
     seed: int = 0
     epsilon: float = DEFAULT_EPSILON
     alpha: float = DEFAULT_ALPHA
@@ -223,8 +219,7 @@ class AuditConfig:
     def __post_init__(self):
         from ._numba.rng import seed_bits
 
-        params = SamplingParams(**sampling_overrides(None, {n: getattr(self, n) for n in SAMPLING_NAMES}))
-        checked = params.as_dict()
+        checked = self.checked_sampling()
         with about("epsilon"):
             checked["epsilon"] = _float_param("epsilon", self.epsilon, 0.0, 1.0, open_high=True, hint=", e.g. 1e-6")
         with about("seed"):
@@ -239,11 +234,6 @@ class AuditConfig:
                                                        open_low=False)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
-
-    @property
-    def params(self) -> SamplingParams:
-        """The sampling settings as one :class:`fastspec.params.SamplingParams`."""
-        return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
 
 
 def _index_array(name: str, value, n: int) -> np.ndarray:

@@ -18,8 +18,8 @@ import numbers
 from contextlib import contextmanager
 
 __all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
-           "MissingExtra", "check_int", "shown", "about",
-           "config_or_settings"]
+           "MissingExtra", "check_int", "int_in", "positive_int",
+           "shown", "about", "config_or_settings"]
 
 
 class FastspecError(Exception):
@@ -81,6 +81,24 @@ def check_int(name: str, value, low: int, high: int | None = None) -> int:
     if value < low or (high is not None and value > high):
         raise InvalidInput(f"{name} = {value!r} must be {want}", argument=name)
     return int(value)
+
+
+def int_in(name: str, value, low: int, upper: int | None = None, note: str = "") -> int:
+    """``value`` as an int in [``low``, ``upper``] (no upper bound when None), checked by the library's one checker
+    (:func:`fastspec.errors.check_int`) and told in the entry points' words: ``"{name} = {value!r} is invalid: use
+    {rule}{note}"``; InvalidType for a non-integer (bool included), InvalidInput when out of range."""
+    rule = f"an integer >= {low}" if upper is None else f"an integer in [{low}, {upper}]"
+    try:
+        return check_int(name, value, low, upper)
+    except InvalidType:
+        raise InvalidType(f"{name} = {value!r} is invalid: use {rule}{note}") from None
+    except InvalidInput:
+        raise InvalidInput(f"{name} = {value!r} is invalid: use {rule}{note}") from None
+
+
+def positive_int(name: str, value, upper: int | None = None) -> int:
+    """``value`` as an int in [1, ``upper``] (no upper bound when None): :func:`int_in`."""
+    return int_in(name, value, 1, upper)
 
 
 @contextmanager

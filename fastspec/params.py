@@ -27,7 +27,7 @@ import numpy as np
 from .errors import InvalidInput, InvalidType, about
 
 __all__ = ["SamplingParams", "RowParams", "per_row", "MIN_TEMPERATURE", "NAMES", "format_value", "sampling_overrides",
-           "SamplingSettings"]
+           "SamplingSettings", "GivenSampling"]
 
 MIN_TEMPERATURE = 1e-300
 NAMES = ("temperature", "top_k", "top_p", "min_p")
@@ -192,6 +192,27 @@ class SamplingSettings:
     def overrides(self) -> dict:
         """The explicitly requested settings, validated (:func:`sampling_overrides`)."""
         return sampling_overrides(self.sampling, {n: getattr(self, n) for n in NAMES})
+
+
+@dataclass(frozen=True, kw_only=True)
+class GivenSampling:
+    """The sampling settings of a config with no dump to take them from (a real-model run, an output audit), a base
+    of its frozen dataclass: ``temperature``, ``top_k``, ``top_p``, ``min_p`` (None: the default), checked by
+    :meth:`checked_sampling` with the setting at fault tagged (``exc.arguments``); :attr:`params`."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+    def checked_sampling(self) -> dict:
+        """The four settings validated (:func:`sampling_overrides`), defaults filled in."""
+        return SamplingParams(**sampling_overrides(None, {n: getattr(self, n) for n in NAMES})).as_dict()
+
+    @property
+    def params(self) -> SamplingParams:
+        """The settings as one :class:`SamplingParams`."""
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
 
 
 class RowParams(NamedTuple):

@@ -4,6 +4,7 @@ work; a command that reads a dump opens it once."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -19,10 +20,13 @@ def run(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
+_PROGRESS = re.compile(r"^fastspec: [\w ()]+: \d+(/\d+)?$")  # a progress line (loading models) on a non-terminal
+
+
 def one_line(r, prefix: str) -> str:
     """The single stderr line of a bad-input exit, which must start with ``prefix`` (the flag)."""
     assert r.exit_code == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
+    lines = [ln for ln in r.stderr.strip().splitlines() if not _PROGRESS.match(ln)]
     assert len(lines) == 1 and lines[0].startswith(f"fastspec: error: {prefix}"), r.stderr
     assert "Traceback" not in r.stderr and "np." not in r.stderr
     return lines[0]
@@ -207,3 +211,57 @@ def test_audit_config_tags_its_errors_and_is_one_way_in():
     assert a.params.temperature == 0.5 and a.seed == 3 and a.config is config
     with pytest.raises(InvalidInput, match=r"one by one \(seed\), not both"):
         OutputAudit(config=config, seed=4)
+
+
+# ------------------------------------------------------------------ cost
+
+COST_BAD = [("--k", "0"), ("--temperature", "-1"), ("--top-k", "-3"), ("--top-p", "2"), ("--min-p", "1"),
+            ("--batch", "0"), ("--batch", "1,,2"), ("--repeats", "0"), ("--repeats", "1001"), ("--warmup", "101"),
+            ("--max-new-tokens", "0"), ("--context-length", "0"), ("--seed", "-1"), ("--seed", str(2 ** 63))]
+
+
+def test_cost_table_is_covered():
+    import inspect as pyinspect
+
+    from fastspec_cli import cost_cmd
+
+    src = pyinspect.getsource(cost_cmd.cost_command)
+    table = src[src.index("flags = {"):src.index("config = config_from_flags")]
+    assert {f for f, _ in COST_BAD} == set(re.findall(r'"(--[a-z-]+)": \(', table))
+
+
+@pytest.mark.parametrize("flag, value", COST_BAD)
+def test_cost_bad_flag_is_one_line_before_torch(tmp_path, monkeypatch, flag, value):
+    from fastspec_cli import cost_cmd
+
+    _no_work(monkeypatch, cost_cmd, "import_hf")
+    line = one_line(run("cost", "--target", tmp_path / "no-model", flag, value), f"{flag} ")
+    assert "no-model" not in line
+    for name in ("max_new_tokens", "context_length", "top_p", "batches", "repeats =", "warmup =", "seed ="):
+        assert name not in line
+
+
+def test_cost_messages_are_the_flags():
+    """The library's bounds, told about the flags exactly as the command told them before (README "Bounds")."""
+    cases = {("--repeats", "1001"): "--repeats 1001 is invalid: use an integer in [1, 1000] (rounds)",
+             ("--warmup", "101"): "--warmup 101 is invalid: use an integer in [0, 100] (rounds)",
+             ("--context-length", "0"): "--context-length 0 is invalid: use an integer in [1, 1048576] (tokens)",
+             ("--seed", "-1"): f"--seed -1 is invalid: use an integer in [0, 2**63) (0..{2 ** 63 - 1})",
+             ("--batch", "1,,2"): "--batch '1,,2' is not a list of batch sizes; write e.g. 1,2,4,8"}
+    for (flag, value), want in cases.items():
+        assert one_line(run("cost", "--target", "m", flag, value), flag) == f"fastspec: error: {want}"
+
+
+@pytest.mark.hf
+def test_cost_batch_budget_is_the_librarys_and_names_the_flag(tmp_path, monkeypatch):
+    """The largest batch forward is checked once, by fastspec.hf.measure_costs before any forward, and told about
+    --batch."""
+    from hf_models import save_model
+
+    from fastspec.hf import timing
+
+    monkeypatch.setattr(timing, "KVRunner", lambda *_a, **_kw: pytest.fail("a forward ran before the check"))
+    target = save_model(tmp_path / "t", 0)
+    line = one_line(run("cost", "--target", target, "--k", "8", "--batch", "4096", "--context-length", "8"),
+                    "--batch: ")
+    assert "B = 4096 with k up to 8 feeds 36864 tokens" in line

@@ -16,6 +16,7 @@ removed on failure and on interrupt.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from ..config import MAX_POSITIONS
-from ..costs import CostTable
+from ..costs import CostMeasureConfig, CostTable
 from ..errors import InvalidInput, InvalidType
 from ..io import check_draft_name, save_dump
 from ..ngram import NgramProposer
@@ -220,6 +221,9 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
     costs = _check_costs_arg(costs)
     cost_k = [check_k(k) for k in cost_k]
     cost_repeats = positive_int("cost_repeats", cost_repeats)
+    # the cost measurement's settings (its bounds: rounds, seed), checked before any generation
+    cost_config = CostMeasureConfig(ks=cost_k, repeats=cost_repeats, seed=seed, **params.as_dict()) if costs is True \
+        else None
     if not isinstance(ignore_eos, (bool, np.bool_)):
         raise InvalidType(f"ignore_eos must be True or False, got {ignore_eos!r}")
     if not prompts:
@@ -303,9 +307,9 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
 
             mid = int(np.argsort(prompt_lengths + lengths, kind="stable")[(N - 1) // 2])
             seq = prompts[mid] + tokens[mid, :lengths[mid]].tolist()
-            table = measure_costs(target, drafts, ks=cost_k, context=seq,
-                                  context_length=len(prompts[mid]) + max(1, int(lengths[mid]) // 2),
-                                  repeats=cost_repeats, **params.as_dict(), seed=seed, progress=cost_progress)
+            length = len(prompts[mid]) + max(1, int(lengths[mid]) // 2)
+            table = measure_costs(target, drafts, context=seq, progress=cost_progress,
+                                  config=dataclasses.replace(cost_config, context_length=length))
         elif costs:
             table = costs
         if compressed is None:
