@@ -56,7 +56,7 @@ def cost_command(
 ) -> None:
     """Time the real speculative loop's steps on this machine: target forwards over 1..k+1 tokens, each draft's
     forward over 1 and 2 tokens (or one n-gram proposal), and fastspec's overhead per step; write a cost table."""
-    from fastspec.costs import CostMeasureConfig
+    from fastspec.runs import CostMeasureConfig
 
     # the one table: each flag, the CostMeasureConfig field it sets and its value (checked once, by the library,
     # before torch is imported; --k's text read by the library's one parser of draft lengths)

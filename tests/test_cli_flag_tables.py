@@ -265,3 +265,60 @@ def test_cost_batch_budget_is_the_librarys_and_names_the_flag(tmp_path, monkeypa
     line = one_line(run("cost", "--target", target, "--k", "8", "--batch", "4096", "--context-length", "8"),
                     "--batch: ")
     assert "B = 4096 with k up to 8 feeds 36864 tokens" in line
+
+
+# ------------------------------------------------------------------ dump
+
+DUMP_BAD = [("--temperature", "-1"), ("--top-k", "-3"), ("--top-p", "2"), ("--min-p", "1"), ("--cost-k", "0"),
+            ("--dtype", "float64"), ("--cost-repeats", "0"), ("--cost-repeats", "1001"), ("--max-new-tokens", "0"),
+            ("--top-k-save", "0"), ("--top-k-save", str(2 ** 24 + 1)), ("--seed", "-1")]
+#: the table's flags that take no bad value on the command line (switches)
+DUMP_SWITCHES = {"--ignore-eos", "--compress", "--costs"}
+
+
+def test_dump_table_is_covered():
+    import inspect as pyinspect
+
+    from fastspec_cli import dump_cmd
+
+    src = pyinspect.getsource(dump_cmd.dump_command)
+    table = src[src.index("flags = {"):src.index("config = config_from_flags")]
+    assert {f for f, _ in DUMP_BAD} | DUMP_SWITCHES == set(re.findall(r'"(--[a-z-]+)": \(', table))
+
+
+@pytest.mark.parametrize("flag, value", DUMP_BAD)
+def test_dump_bad_flag_is_one_line_before_torch(tmp_path, monkeypatch, flag, value):
+    from fastspec_cli import dump_cmd
+
+    _no_work(monkeypatch, dump_cmd, "import_hf")
+    line = one_line(run("dump", "--target", tmp_path / "no-model", "--prompts", tmp_path / "no-prompts.txt",
+                        "--out", tmp_path / "d.npz", flag, value), f"{flag} ")
+    assert "no-model" not in line and "no-prompts" not in line
+    for name in ("max_new_tokens", "top_k_save", "cost_repeats", "top_p", " dtype ", "seed =", " k "):
+        assert name not in line
+
+
+def test_dump_messages_are_the_flags():
+    cases = {("--dtype", "float64"): "--dtype float64: use float16 or float32",
+             ("--cost-repeats", "1001"): "--cost-repeats 1001 is invalid: use an integer in [1, 1000] (rounds)",
+             ("--top-k-save", "0"): "--top-k-save 0 is invalid: use an integer in [1, 16777216] (2**24, the widest "
+                                    "row a dump holds)",
+             ("--max-new-tokens", "0"): "--max-new-tokens 0 is invalid: use an integer in [1, 1048576] (tokens)",
+             # named --k before (the text was parsed as if it were --k)
+             ("--cost-k", "0"): "--cost-k 0 is invalid: the draft length must be >= 1"}
+    for (flag, value), want in cases.items():
+        r = run("dump", "--target", "m", "--prompts", "p.txt", "--out", "d.npz", flag, value)
+        assert one_line(r, flag) == f"fastspec: error: {want}"
+
+
+def test_dump_config_checks_the_cost_measurement_before_any_generation():
+    from fastspec.errors import InvalidInput
+    from fastspec.runs import DumpConfig
+
+    with pytest.raises(InvalidInput) as exc:
+        DumpConfig(cost_repeats=1001)
+    assert exc.value.arguments == ("cost_repeats",)
+    c = DumpConfig(seed=5, temperature=0.5, cost_k=(4, 2))
+    m = c.cost_config
+    assert (m.ks, m.repeats, m.seed, m.temperature) == ([2, 4], 10, 5, 0.5)
+    assert DumpConfig(costs=False).cost_config is None

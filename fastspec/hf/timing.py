@@ -31,7 +31,7 @@ import torch
 
 from ..costs.table import CostTable, parse_batch_list
 from ..config import DEFAULT_WARMUP
-from ..costs.settings import CostMeasureConfig, cost_ks
+from ..runs import CostMeasureConfig, cost_ks
 from ..errors import InvalidInput, InvalidType, about, config_or_settings
 from ..ngram import NgramProposer
 from ..params import SamplingParams
@@ -215,7 +215,7 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
     torch's thread count, the context length, the repeats and a note on the method.  ``batches`` (batch sizes in
     [1, 4096]): also the version-2 batch axis at those B on the same context, in a second interleaved run of
     ``warmup`` + ``repeats`` rounds (:func:`batch_axis`; ``progress`` is then called twice as often).
-    The settings are a :class:`fastspec.costs.settings.CostMeasureConfig` (``config``: its bounds) or its fields as
+    The settings are a :class:`fastspec.runs.CostMeasureConfig` (``config``: its bounds) or its fields as
     arguments, not both; they are checked first (``context``, ``prompts`` and ``progress`` are not settings)."""
     c = config_or_settings(CostMeasureConfig, config, dict(
         ks=ks, kmax=kmax, context_length=context_length, max_new_tokens=max_new_tokens, repeats=repeats,
