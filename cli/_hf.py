@@ -39,9 +39,10 @@ def import_hf():
     return hf
 
 
-def check_options(*, max_new_tokens: int, prompts: str, threads: Optional[int], top_k_save: Optional[int],
-                  seed: int) -> None:
-    """The options dump and measure share, checked before torch is imported (so before any model is loaded)."""
+def check_options(*, prompts: str, threads: Optional[int], max_new_tokens: Optional[int] = None,
+                  top_k_save: Optional[int] = None, seed: Optional[int] = None) -> None:
+    """The options dump and measure share, checked before torch is imported (so before any model is loaded); None:
+    not this command's to check here (dump's library config checks --max-new-tokens, --top-k-save and --seed)."""
     from fastspec.config import MAX_WIDTH
 
     if not os.path.isfile(prompts):
@@ -49,7 +50,8 @@ def check_options(*, max_new_tokens: int, prompts: str, threads: Optional[int], 
     check_range("--max-new-tokens", max_new_tokens, 1, MAX_TOKENS, "tokens")
     check_range("--top-k-save", top_k_save, 1, MAX_WIDTH, "2**24, the widest row a dump holds")
     check_threads(threads)
-    check_model_seed(seed)
+    if seed is not None:
+        check_model_seed(seed)
 
 
 def set_threads(hf, threads: Optional[int]) -> None:

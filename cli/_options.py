@@ -187,15 +187,6 @@ def flag_errors(table: dict, conflicts: dict | None = None):
 
 
 
-def check_seed(seed: int) -> int:
-    """--seed as the library takes it (an integer in [-2**63, 2**64)), checked before any work."""
-    from fastspec._numba.rng import seed_bits
-
-    with option_errors("--seed"):
-        seed_bits(seed)
-    return seed
-
-
 def check_range(flag: str, value: Optional[int], low: int, high: int, unit: str = "") -> Optional[int]:
     """``value`` (None: not given) when in [low, high], else the one-line error naming ``flag`` (exit 2)."""
     from fastspec.errors import InvalidType, check_int
@@ -211,14 +202,12 @@ def check_range(flag: str, value: Optional[int], low: int, high: int, unit: str 
 
 def check_model_seed(seed: int) -> int:
     """--seed of dump, cost and measure: an integer in [0, 2**63) (:data:`SEED_END`), the range every step of the
-    real-model pipeline takes alike (NumPy's generators, the loop's derived seeds, simulate's seed)."""
-    from fastspec.errors import InvalidType, check_int
+    real-model pipeline takes alike (NumPy's generators, the loop's derived seeds, simulate's seed): the library's
+    rule (fastspec.runs.check_model_seed), told about the flag."""
+    from fastspec.runs import check_model_seed as library_check
 
-    try:
-        check_int("--seed", seed, 0, SEED_END - 1)
-    except (InvalidInput, InvalidType):
-        raise FlagError(f"--seed {seed} is invalid: use {SEED_HELP} (0..{SEED_END - 1})") from None
-    return seed
+    with option_errors("--seed"):
+        return library_check(seed)
 
 
 def check_threads(threads: Optional[int]) -> Optional[int]:
@@ -251,12 +240,15 @@ def argument_errors(flags: dict):
         raise FlagError(f"{flag} {typed}: {msg}") from None
 
 
-def parse_k(text: str) -> list[int]:
-    """--k as the sorted list of draft lengths (the library's one parser)."""
-    from fastspec.simulation import parse_k_list
+def parse_k(text: str, flag: str = "--k") -> list[int]:
+    """--k (or ``flag``, e.g. --cost-k) as the sorted list of draft lengths (the library's one parser)."""
+    from fastspec.analysis import parse_k_list
+    from fastspec.errors import InvalidType
 
-    with option_errors("--k"):
+    try:
         return parse_k_list(text)
+    except (InvalidInput, InvalidType) as exc:  # "k = 0 ..." told as "--cost-k 0 ..."
+        raise FlagError(flag_message(flag, str(exc), "k")) from None
 
 
 def check_sampling(temperature=None, top_k=None, top_p=None, min_p=None):

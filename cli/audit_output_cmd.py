@@ -2,7 +2,6 @@
 is teacher-forced along the emitted text (needs fastspec[hf]); the statistics are :mod:`fastspec.audit`'s."""
 from __future__ import annotations
 
-import math
 import os
 from typing import Optional
 
@@ -11,19 +10,13 @@ from rich.table import Table
 
 from ._common import print_json, progress_bar, stderr_console, stdout_console
 from ._hf import import_hf, load_models, set_threads, sigterm_as_interrupt
-from ._options import (THREADS_HELP, FlagError, check_seed, check_threads, json_option, min_p_option, option_errors,
-                       sampling_params, seed_option, target_option, temperature_option, top_k_option, top_p_option)
+from ._options import (THREADS_HELP, FlagError, check_threads, config_from_flags, json_option, min_p_option,
+                       option_errors, seed_option, target_option, temperature_option, top_k_option, top_p_option)
 from ._app import app
 
 
 def _p(v) -> str:
     return "-" if v is None else f"{v:.3g}"
-
-
-def _check_epsilon(epsilon: float) -> float:
-    if not (isinstance(epsilon, float) and math.isfinite(epsilon) and 0.0 < epsilon < 1.0):
-        raise FlagError(f"--epsilon {epsilon} is invalid: use a number in (0, 1), e.g. 1e-6")
-    return epsilon
 
 
 @app.command("audit-output")
@@ -48,11 +41,14 @@ def audit_output_command(
 ) -> None:
     """Teacher-force the target along each prompt's emitted tokens and test that they follow its processed
     distribution (PIT KS and Anderson-Darling, tail count, per prompt and per position; greedy: argmax)."""
-    from fastspec.audit import check_token_ids, read_token_file
+    from fastspec.audit import AuditConfig, check_token_ids, read_token_file
 
-    params = sampling_params(temperature, top_k, top_p, min_p)
-    _check_epsilon(epsilon)
-    check_seed(seed)
+    # the one table: each flag, the AuditConfig field it sets and its value (checked once, by the library, before
+    # torch is imported)
+    flags = {"--temperature": ("temperature", temperature), "--top-k": ("top_k", top_k), "--top-p": ("top_p", top_p),
+             "--min-p": ("min_p", min_p), "--epsilon": ("epsilon", epsilon), "--seed": ("seed", seed)}
+    config = config_from_flags(AuditConfig, flags)
+    params = config.params
     check_threads(threads)
     if prompts is not None and not os.path.isfile(prompts):
         raise FlagError(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
@@ -74,8 +70,7 @@ def audit_output_command(
     with sigterm_as_interrupt():
         start()
         try:
-            result = audit_model_output(tmodel, records, **params.as_dict(), seed=seed, epsilon=epsilon,
-                                        progress=advance)
+            result = audit_model_output(tmodel, records, config=config, progress=advance)
         finally:
             stop()
     lines = [r.line for r in records]

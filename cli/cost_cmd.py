@@ -12,10 +12,9 @@ from rich.table import Table
 
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
 from ._hf import check_drafts, import_hf, load_models, set_threads
-from ._options import (MAX_REPEATS, option_errors, MAX_TOKENS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP,
-                       argument_errors, check_model_seed, check_range, check_threads, json_option, k_option,
-                       min_p_option, parse_k, sampling_params, seed_option, target_option, temperature_option,
-                       top_k_option, top_p_option)
+from ._options import (REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_threads,
+                       config_from_flags, flag_errors, json_option, k_option, min_p_option, parse_k, seed_option,
+                       target_option, temperature_option, top_k_option, top_p_option)
 from ._app import app
 
 
@@ -57,22 +56,19 @@ def cost_command(
 ) -> None:
     """Time the real speculative loop's steps on this machine: target forwards over 1..k+1 tokens, each draft's
     forward over 1 and 2 tokens (or one n-gram proposal), and fastspec's overhead per step; write a cost table."""
-    ks = parse_k(k)
-    params = sampling_params(temperature, top_k, top_p, min_p)
-    batches = None
-    if batch is not None:
-        from fastspec.costs import parse_batch_list
+    from fastspec.runs import CostMeasureConfig
 
-        with option_errors("--batch"):
-            batches = parse_batch_list(batch, "batch")
+    # the one table: each flag, the CostMeasureConfig field it sets and its value (checked once, by the library,
+    # before torch is imported; --k's text read by the library's one parser of draft lengths)
+    flags = {"--k": ("ks", parse_k(k)), "--temperature": ("temperature", temperature), "--top-k": ("top_k", top_k),
+             "--top-p": ("top_p", top_p), "--min-p": ("min_p", min_p), "--batch": ("batches", batch),
+             "--repeats": ("repeats", repeats), "--warmup": ("warmup", warmup),
+             "--max-new-tokens": ("max_new_tokens", max_new_tokens),
+             "--context-length": ("context_length", context_length), "--seed": ("seed", seed)}
+    config = config_from_flags(CostMeasureConfig, flags)
     if prompts is not None and not os.path.isfile(prompts):
         fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
-    check_range("--repeats", repeats, 1, MAX_REPEATS, "rounds")
-    check_range("--warmup", warmup, 0, MAX_WARMUP, "rounds")
-    check_range("--max-new-tokens", max_new_tokens, 1, MAX_TOKENS, "tokens")
-    check_range("--context-length", context_length, 1, MAX_TOKENS, "tokens")
     check_threads(threads)
-    check_model_seed(seed)
     if out is not None:
         parent = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(parent):
@@ -80,29 +76,25 @@ def cost_command(
         if os.path.isdir(out):
             fail(f"--out {out} is a directory; give a file name (costs.json)")
     hf = import_hf()
-    from fastspec.hf.timing import DEFAULT_CONTEXT_LENGTH, check_batch_budget, check_cost_context
+    from fastspec.hf.timing import DEFAULT_CONTEXT_LENGTH, check_cost_context
 
     set_threads(hf, threads)
     if draft:
         check_drafts(hf, draft)
     tmodel, tok, drafts = load_models(hf, target, draft)
     ids = hf.read_prompts(prompts, tok) if prompts is not None else None
-    flags = {"context_length": ("--context-length", context_length if context_length is not None else
-                                f"(default {DEFAULT_CONTEXT_LENGTH})"),
-             "max_new_tokens": ("--max-new-tokens", max_new_tokens)}
-    with argument_errors(flags):  # the context and the largest k + 1 fit every model: before any forward
-        check_cost_context(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
+    positions = {"context_length": ("--context-length", context_length if context_length is not None else
+                                    f"(default {DEFAULT_CONTEXT_LENGTH})"),
+                 "max_new_tokens": ("--max-new-tokens", max_new_tokens)}
+    with argument_errors(positions):  # the context and the largest k + 1 fit every model: before any forward
+        check_cost_context(tmodel, drafts, ks=config.ks, prompts=ids, max_new_tokens=max_new_tokens,
                            context_length=context_length)
-    with option_errors("--batch"):  # the largest batch forward within bounds, before any forward
-        if batches is not None:
-            check_batch_budget(batches, max(ks), int(tmodel.get_output_embeddings().weight.shape[0]))
-    rounds = (repeats + warmup) * (2 if batches else 1)
+    rounds = (config.repeats + config.warmup) * (2 if config.batches else 1)
     start, advance, _, stop = progress_bar(stderr_console(), "measuring costs (rounds)", rounds, every=5)
     start()
     try:
-        table = hf.measure_costs(tmodel, drafts, ks=ks, prompts=ids, max_new_tokens=max_new_tokens,
-                                 context_length=context_length, repeats=repeats, warmup=warmup, **params.as_dict(),
-                                 seed=seed, progress=advance, batches=batches)
+        with flag_errors(flags):  # the largest batch forward within bounds (--batch), before any forward
+            table = hf.measure_costs(tmodel, drafts, prompts=ids, config=config, progress=advance)
     finally:
         stop()
     if out is not None:

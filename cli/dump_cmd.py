@@ -5,11 +5,11 @@ from typing import List, Optional
 
 import typer
 
-from ._common import fail, print_json, progress_bar, stderr_console
+from ._common import print_json, progress_bar, stderr_console
 from ._hf import (check_drafts, check_options, eos_ids, ignore_eos_option, import_hf, load_models, set_threads,
                   sigterm_as_interrupt)
-from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_range,
-                       json_option, min_p_option, option_errors, parse_k, sampling_params, seed_option, target_option,
+from ._options import (REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, config_from_flags,
+                       json_option, min_p_option, option_errors, parse_k, seed_option, target_option,
                        temperature_option, top_k_option, top_p_option)
 from ._app import app
 
@@ -57,14 +57,20 @@ def dump_command(
 ) -> None:
     """Sample a continuation from the target for each prompt, record every model's logits along it, measure the
     loop's costs, write a dump."""
-    params = sampling_params(temperature, top_k, top_p, min_p)
-    ks = parse_k(cost_k) if costs else []
-    if dtype not in ("float16", "float32"):
-        fail(f"--dtype {dtype}: use float16 or float32")
-    check_range("--cost-repeats", cost_repeats, 1, MAX_REPEATS, "rounds")
-    check_options(max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save, seed=seed)
+    from fastspec.config import DEFAULT_WARMUP
+    from fastspec.runs import DumpConfig
+
+    # the one table: each flag, the DumpConfig field it sets and its value (checked once, by the library, before
+    # torch is imported; --cost-k's text read by the library's one parser of draft lengths, with --costs only)
+    flags = {"--temperature": ("temperature", temperature), "--top-k": ("top_k", top_k), "--top-p": ("top_p", top_p),
+             "--min-p": ("min_p", min_p), "--cost-k": ("cost_k", parse_k(cost_k, "--cost-k") if costs else (1,)),
+             "--dtype": ("dtype", dtype), "--cost-repeats": ("cost_repeats", cost_repeats),
+             "--max-new-tokens": ("max_new_tokens", max_new_tokens), "--top-k-save": ("top_k_save", top_k_save),
+             "--seed": ("seed", seed), "--ignore-eos": ("ignore_eos", ignore_eos),
+             "--compress": ("compressed", compress), "--costs": ("costs", costs)}
+    config = config_from_flags(DumpConfig, flags)
+    check_options(prompts=prompts, threads=threads)
     hf = import_hf()
-    from fastspec.hf.timing import DEFAULT_WARMUP
     from fastspec.hf.dumping import check_dump_positions
 
     set_threads(hf, threads)
@@ -75,7 +81,7 @@ def dump_command(
     tmodel, tok, drafts = load_models(hf, target, draft)
     ids = hf.read_prompts(prompts, tok)
     with argument_errors({"max_new_tokens": ("--max-new-tokens", max_new_tokens), "cost_k": ("--cost-k", cost_k)}):
-        check_dump_positions(tmodel, drafts, ids, max_new_tokens, ks if costs else None)
+        check_dump_positions(tmodel, drafts, ids, max_new_tokens, config.cost_k if costs else None)
     console = stderr_console()
     start, advance, _, stop = progress_bar(console, "dumping prompts", len(ids), every=1)
     cstart, cadvance, _, cstop = progress_bar(console, "measuring costs (rounds)", cost_repeats + DEFAULT_WARMUP,
@@ -93,11 +99,8 @@ def dump_command(
         start()
         try:
 
-            hf.dump_logits(out, tmodel, drafts, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
-                           top_k_save=top_k_save, seed=seed, eos_token_id=eos_ids(hf, tmodel, tok, ignore_eos),
-                           ignore_eos=ignore_eos, dtype=dtype, compressed=compress, costs=costs,
-                           cost_k=ks or (1,), cost_repeats=cost_repeats, progress=advance,
-                           cost_progress=cost_progress)
+            hf.dump_logits(out, tmodel, drafts, ids, eos_token_id=eos_ids(hf, tmodel, tok, ignore_eos), config=config,
+                           progress=advance, cost_progress=cost_progress)
         finally:
             stop()
             cstop()

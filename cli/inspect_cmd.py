@@ -10,8 +10,8 @@ from rich.table import Table
 
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
 from ._dask import open_scheduler
-from ._options import (check_sampling, dump_argument, integrity_option, json_option, k_option, min_p_option, parse_k,
-                       scheduler_option, temperature_option, top_k_option, top_p_option)
+from ._options import (config_from_flags, dump_argument, integrity_option, json_option, k_option, min_p_option,
+                       parse_k, scheduler_option, temperature_option, top_k_option, top_p_option)
 from ._app import app
 
 PROGRESS_LINES_BYTES = 256 << 20  # dumps from this size on print progress lines when stderr is not a terminal
@@ -38,15 +38,18 @@ def inspect_command(
     integrity: bool = integrity_option(),
 ) -> None:
     """Show the arrays, shapes and drafts of a dump, and each draft's acceptance rate α."""
-    from fastspec.acceptance import inspect_dump
+    from fastspec.acceptance import InspectConfig, inspect_dump
     from fastspec.io import open_dump  # a dump, a directory of shards, a llama.cpp file
 
-    ks = parse_k(k)
-    given = check_sampling(temperature, top_k, top_p, min_p)
+    # the one table: each flag, the InspectConfig field it sets and its value (checked once, by the library; --k's
+    # text read by the library's one parser of draft lengths)
+    flags = {"--k": ("ks", parse_k(k)), "--temperature": ("temperature", temperature), "--top-k": ("top_k", top_k),
+             "--top-p": ("top_p", top_p), "--min-p": ("min_p", min_p)}
+    config = config_from_flags(InspectConfig, flags)
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
     with open_scheduler(scheduler) as client, open_dump(dump, client=client, verify_integrity=integrity) as d:
-        report = inspect_dump(d, ks, progress=_alpha_pass_progress(d.size_on_disk), **given)
+        report = inspect_dump(d, config=config, progress=_alpha_pass_progress(d.size_on_disk))
     out = report.as_dict()
     if as_json:
         print_json(out)

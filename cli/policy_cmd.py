@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from ._common import fail, print_json, progress_bar, stderr_console, stdout_console
-from ._options import (check_sampling, check_seed, dump_argument, json_option, min_p_option, option_errors,
-                       seed_option, temperature_option, top_k_option, top_p_option)
+from ._options import (config_from_flags, dump_argument, flag_errors, json_option, min_p_option, seed_option,
+                       temperature_option, top_k_option, top_p_option)
 from ._app import app
 
 
@@ -72,33 +72,21 @@ def policy_search_command(
 ) -> None:
     """Search draft-length policies (fixed k, confidence stops, SpecDec++-style stops, Hugging Face's schedules) for
     the largest predicted speed-up; prints best fixed k, HF's default and the best policy in one sentence."""
-    from fastspec.simulation.config import check_trials
-    from fastspec.simulation.policy_eval import MAX_POLICY_TRIALS
-    from fastspec.simulation.policy_search import search_policies
+    from fastspec.io import open_dump
+    from fastspec.simulation.policy_search import PolicySearchConfig, search_policies
 
-    given = check_sampling(temperature, top_k, top_p, min_p)
-    check_seed(seed)
-    with option_errors("--trials"):
-        check_trials(trials, high=MAX_POLICY_TRIALS)
-    if not (budget_s > 0 and budget_s < float("inf")):
-        fail(f"--budget-s {budget_s:g} is invalid: give a number of seconds > 0")
+    # the one table: each flag, the PolicySearchConfig field it sets and its value (checked once, by the library)
+    flags = {"--costs": ("costs", "dump" if costs is None else costs), "--draft": ("draft", draft),
+             "--budget-s": ("budget_s", budget_s), "--trials": ("trials", trials), "--seed": ("seed", seed),
+             "--temperature": ("temperature", temperature), "--top-k": ("top_k", top_k), "--top-p": ("top_p", top_p),
+             "--min-p": ("min_p", min_p)}
+    conflicts = {("costs", "dump"): f"--costs: {dump} records no cost table and none was given; the search needs "
+                 "one: measure it with `fastspec cost --out FILE` and pass --costs FILE"}
+    config = config_from_flags(PolicySearchConfig, flags)
     if top < 0:
         fail(f"--top {top} is invalid: give a count >= 0")
-    table = None
-    if costs is not None:
-        from fastspec.costs import CostTable
-
-        with option_errors("--costs"):
-            table = CostTable.from_file(costs)
     if not os.path.exists(dump):
         fail(f"{dump}: no such file or directory")
-    if table is None:
-        from fastspec.io import open_dump
-
-        with open_dump(dump) as d:
-            if d.costs is None:
-                fail(f"--costs: {dump} records no cost table and none was given; the search needs one: measure it "
-                     "with `fastspec cost --out FILE` and pass --costs FILE")
     console = stderr_console()
     start, advance, set_total, stop = progress_bar(console, "policies", None) if not as_json else (None,) * 4
     shown = {"n": 0}
@@ -109,14 +97,15 @@ def policy_search_command(
             advance(done - shown["n"])
             shown["n"] = done
 
-    if start is not None:
-        start()
-    try:
-        res = search_policies(dump, draft, table if table is not None else "dump", budget_s=budget_s,
-                              progress=progress, trials=trials, seed=seed, **given)
-    finally:
-        if stop is not None:
-            stop()
+    with open_dump(dump) as d:  # opened once: the search reads the one it is given
+        if start is not None:
+            start()
+        try:
+            with flag_errors(flags, conflicts):
+                res = search_policies(d, config=config, progress=progress)
+        finally:
+            if stop is not None:
+                stop()
     # the wall clock goes to stderr, never into the results: two identical runs print the same bytes on stdout
     console.print(f"policy-search: {len(res.evaluated)} of {res.total} points in {res.elapsed_s:.1f} s",
                   highlight=False)

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterator, Sequence
+from functools import cached_property
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import numba
 import numpy as np
@@ -48,15 +49,15 @@ from .analysis import (SpecStats, alpha_summary, check_k, expected_speedup, expe
                        expected_tokens_per_step, optimal_k)
 from . import distributed
 from .config import DEFAULT_CHUNK_BYTES
-from .errors import DumpFormatError, InvalidInput, InvalidType, shown
+from .errors import DumpFormatError, InvalidInput, InvalidType, about, config_or_settings, shown
 from .io.dump import DumpBase, check_max_bytes
 from .io.opener import open_dump
 from .io.shards import ShardedDump
-from .params import SamplingParams, per_row
+from .params import SamplingParams, SamplingSettings, per_row
 from .processing import kernel_view, logits_array, read_only
 
 __all__ = ["acceptance_rates", "acceptance_bounds", "dump_acceptance", "DraftAcceptance", "resolve_sampling",
-           "inspect_dump", "DumpInspection", "DraftFigures", "ALPHA_PASS",
+           "inspect_dump", "InspectConfig", "DumpInspection", "DraftFigures", "ALPHA_PASS",
            # re-exported from fastspec.analysis
            "expected_tokens_per_step", "SpecStats", "expected_tokens_closed_form", "expected_speedup", "optimal_k",
            "alpha_summary"]
@@ -470,32 +471,56 @@ def _check_ks(ks) -> tuple[int, ...]:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class InspectConfig(SamplingSettings):
+    """What :func:`inspect_dump` computes, as the caller gave it; validated on construction, before any dump is read
+    (typed errors tagged with the argument at fault, ``exc.arguments``: :func:`fastspec.errors.about`).  ``ks``: a
+    draft length or a sequence of distinct ones (in order: the first is the one ``expected`` reports); the sampling
+    settings as :func:`inspect_dump` takes them; ``drafts`` as :func:`dump_acceptance` takes them (checked against
+    the dump).  The validated forms are :attr:`checked`."""
+
+    ks: Any = (4,)
+    drafts: Any = None
+
+    @cached_property
+    def checked(self) -> tuple[tuple[int, ...], dict]:
+        """(the draft lengths, the explicit sampling settings {name: value}), in the command line's order."""
+        with about("ks"):
+            ks = _check_ks(self.ks)
+        return ks, self.overrides()
+
+
 def inspect_dump(dump, ks: int | Sequence[int] = (4,), *, sampling: SamplingParams | None = None,
                  temperature=None, top_k=None, top_p=None, min_p=None, drafts=None,
                  verify_integrity: bool | None = None,
                  progress: Callable[[str, int, int], ContextManager[Callable[..., None]]] | None = None,
-                 ) -> DumpInspection:
+                 config: InspectConfig | None = None) -> DumpInspection:
     """What a dump holds and each draft's acceptance figures: what ``fastspec inspect`` shows.
 
     ``dump``: an open dump (:func:`fastspec.open_dump`; a shard set's own settings, e.g. a Dask client, the alpha pass
     uses) or a path (a dump, a directory of shards, a llama.cpp file: opened and closed here).
     ``ks``: the draft lengths of the trajectory DP (the first is the one ``expected`` reports).  Sampling: as in
     :func:`dump_acceptance` (the dump's recorded settings by default; a sparse dump refuses settings that need the
-    full vocabulary), resolved once, before the pass.  ``verify_integrity``: as in :func:`dump_acceptance`.
+    full vocabulary), resolved once, before the pass.
+    The settings are an :class:`InspectConfig` (``config``) or its fields as arguments, not both; each is checked
+    before the dump is read.  ``verify_integrity``: as in :func:`dump_acceptance`.
     ``progress(stage, total, every)``: a context manager around the alpha pass (stage :data:`ALPHA_PASS`, ``total``
     = N T positions, ``every`` a tenth of them) that yields ``advance(n)``, as for
     :func:`fastspec.hf.measure_and_predict`.  Bad arguments raise InvalidInput / InvalidType.
     """
-    ks = _check_ks(ks)
+    config = config_or_settings(InspectConfig, config, dict(ks=ks, sampling=sampling, temperature=temperature,
+                                                            top_k=top_k, top_p=top_p, min_p=min_p, drafts=drafts))
+    ks, overrides = config.checked
     progress = _no_progress if progress is None else progress
     own = not isinstance(dump, DumpBase)
     d = open_dump(dump, verify_integrity=True if verify_integrity is None else verify_integrity) if own else dump
     try:
-        sp = _given_or_resolved(d, sampling, temperature, top_k, top_p, min_p)
+        sp = config.sampling if config.sampling is not None else resolve_sampling(d, **overrides)
         info = d.describe()
         total = d.N * d.T
         with progress(ALPHA_PASS, total, max(1, total // 10)) as advance:
-            res = dump_acceptance(d, sampling=sp, drafts=drafts, verify_integrity=verify_integrity, progress=advance)
+            res = dump_acceptance(d, sampling=sp, drafts=config.drafts, verify_integrity=verify_integrity,
+                                  progress=advance)
         lengths = d.lengths
     finally:
         if own:

@@ -31,16 +31,19 @@ The page that explains it: ``docs/guide/simulate.md``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
 from ._kernels.replay import DP_ACCEPTED, DP_DRAFTED, DP_STEPS, N_DP, expected_counts
 from .config import MAX_K
-from .errors import InvalidInput
+from .errors import InvalidInput, InvalidType
+from .params import format_value
 
 __all__ = ["SpecStats", "expected_tokens_per_step", "expected_tokens_closed_form", "expected_speedup", "optimal_k",
-           "alpha_summary", "check_k"]
+           "alpha_summary", "check_k", "parse_k_list"]
 
 
 def check_k(k, name: str = "k", *, minimum: int = 1) -> int:
@@ -48,6 +51,46 @@ def check_k(k, name: str = "k", *, minimum: int = 1) -> int:
     if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or not minimum <= k <= MAX_K:
         raise InvalidInput(f"{name} must be an integer in [{minimum}, {MAX_K}] (the draft length), got {k!r}")
     return int(k)
+
+
+def parse_k_list(spec) -> list[int]:
+    """``4`` / ``"4"`` / ``"1,2,4,8"`` / ``"1-8"`` (and mixtures ``"1-3,8"``) -> sorted unique ks in
+    [1, MAX_K].  Ranges are checked against the cap before they are expanded."""
+    items: list[int] = []
+    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        items = [int(spec)]
+    elif isinstance(spec, str):
+        for part in spec.split(","):
+            part = part.strip()
+            m = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", part)
+            if m:
+                lo, hi = int(m.group(1)), int(m.group(2))
+                if hi < lo:
+                    raise InvalidInput(f"k range {part!r} is empty; write low-high, e.g. 1-8")
+                if lo < 1 or hi > MAX_K:
+                    raise InvalidInput(f"k range {part!r} is outside [1, {MAX_K}] (drafted tokens per step)")
+                items.extend(range(lo, hi + 1))
+            else:
+                try:
+                    items.append(int(part))
+                except ValueError:
+                    raise InvalidInput(f"k {part!r} is not an integer; write e.g. 4, 1,2,4,8 or 1-8") from None
+    elif isinstance(spec, Sequence):
+        for v in spec:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InvalidType(f"k values must be integers, got {type(v).__name__} {format_value(v)}")
+            items.append(int(v))
+    else:
+        raise InvalidType(f"k must be an integer, a list of integers or a string like '1-8', got "
+                          f"{type(spec).__name__}")
+    if not items:
+        raise InvalidInput("k is empty; give at least one draft length, e.g. 4")
+    bad = [v for v in items if v < 1]
+    if bad:
+        raise InvalidInput(f"k = {bad[0]} is invalid: the draft length must be >= 1")
+    if max(items) > MAX_K:
+        raise InvalidInput(f"k = {max(items)} is too large (at most {MAX_K} drafted tokens per step)")
+    return sorted(set(items))
 
 
 @dataclass

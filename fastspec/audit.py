@@ -96,12 +96,13 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import InvalidInput, InvalidType
+from .errors import InvalidInput, InvalidType, about, config_or_settings
 from .gof import (POOLED_TESTS, SURPRISAL_FLOOR, ad_pvalue, ad_statistic, argmax_score_pvalue, ks_pvalue,
                   ks_statistic, normal_z_p, poisson_binomial_sf, surprisal_score_pvalue)
 from .io.tokens import MAX_TOKEN_FILE_BYTES, TokenRecord, check_token_ids, read_token_file
+from .params import GivenSampling
 
-__all__ = ["OutputAudit", "AuditResult", "GroupResult", "audit_output", "ks_pvalue", "ks_statistic",
+__all__ = ["OutputAudit", "AuditConfig", "AuditResult", "GroupResult", "audit_output", "ks_pvalue", "ks_statistic",
            "ad_statistic", "ad_pvalue", "poisson_binomial_sf", "argmax_score_pvalue", "surprisal_score_pvalue",
            "TokenRecord", "read_token_file", "check_token_ids", "normal_z_p", "POOLED_TESTS", "SURPRISAL_FLOOR",
            "DEFAULT_ALPHA", "DEFAULT_EPSILON", "MAX_TOKEN_FILE_BYTES", "PROBS_SUM_TOLERANCE"]
@@ -188,15 +189,51 @@ class AuditResult:
 
 
 # ------------------------------------------------------------------------------------------------ accumulator
-def _float_param(name: str, value, low: float, high: float, *, open_low: bool = True) -> float:
+def _float_param(name: str, value, low: float, high: float, *, open_low: bool = True, open_high: bool = False,
+                 hint: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidType(f"{name} = {value!r} must be a number")
     v = float(value)
-    ok = math.isfinite(v) and (v > low if open_low else v >= low) and v <= high
+    ok = math.isfinite(v) and (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
     if not ok:
-        side = "(" if open_low else "["
-        raise InvalidInput(f"{name} = {value!r} is invalid: use a number in {side}{low:g}, {high:g}]")
+        side, close = "(" if open_low else "[", ")" if open_high else "]"
+        raise InvalidInput(f"{name} = {value!r} is invalid: use a number in {side}{low:g}, {high:g}{close}{hint}")
     return v
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditConfig(GivenSampling):
+    """What an output audit tests under (:class:`OutputAudit`, :func:`fastspec.hf.audit.audit_model_output`): the
+    sampling settings the engine used (fastspec.params' ranges; None: the default), ``seed`` (keys the PIT's
+    randomization), ``epsilon`` (the tail threshold, in (0, 1)), ``alpha`` (the audit's false-alarm probability,
+    in (0, 0.5]), ``tail_tolerance`` (nats, [0, 10]) and ``greedy_tolerance`` (logits, [0, 1e6]): the numerical
+    margins of the module docstring.  Validated on construction (typed errors tagged with the argument at fault,
+    ``exc.arguments``: :func:`fastspec.errors.about`); the fields then hold the validated values."""
+
+    seed: int = 0
+    epsilon: float = DEFAULT_EPSILON
+    alpha: float = DEFAULT_ALPHA
+    tail_tolerance: float = DEFAULT_TAIL_TOLERANCE
+    greedy_tolerance: float = DEFAULT_GREEDY_TOLERANCE
+
+    def __post_init__(self):
+        from ._numba.rng import seed_bits
+
+        checked = self.checked_sampling()
+        with about("epsilon"):
+            checked["epsilon"] = _float_param("epsilon", self.epsilon, 0.0, 1.0, open_high=True, hint=", e.g. 1e-6")
+        with about("seed"):
+            seed_bits(self.seed)  # typed: None, a float, 2**70 are refused naming seed
+            checked["seed"] = int(self.seed)
+        with about("alpha"):
+            checked["alpha"] = _float_param("alpha", self.alpha, 0.0, 0.5)
+        with about("tail_tolerance"):
+            checked["tail_tolerance"] = _float_param("tail_tolerance", self.tail_tolerance, 0.0, 10.0, open_low=False)
+        with about("greedy_tolerance"):
+            checked["greedy_tolerance"] = _float_param("greedy_tolerance", self.greedy_tolerance, 0.0, 1e6,
+                                                       open_low=False)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
 
 def _index_array(name: str, value, n: int) -> np.ndarray:
@@ -223,21 +260,23 @@ class OutputAudit:
 
     seed: keys the PIT's randomization (same seed, same result).  epsilon: the tail threshold.  alpha: the
     audit's false-alarm probability.  tail_tolerance (nats) and greedy_tolerance (logits): the numerical
-    margins of the module docstring."""
+    margins of the module docstring.  The settings are an :class:`AuditConfig` (``config``) or its fields as
+    arguments, not both."""
 
     def __init__(self, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, epsilon=DEFAULT_EPSILON,
                  alpha=DEFAULT_ALPHA, tail_tolerance=DEFAULT_TAIL_TOLERANCE,
-                 greedy_tolerance=DEFAULT_GREEDY_TOLERANCE):
+                 greedy_tolerance=DEFAULT_GREEDY_TOLERANCE, config: AuditConfig | None = None):
         from ._numba.rng import seed_bits
-        from .params import SamplingParams
 
-        self.params = SamplingParams(temperature, top_k, top_p, min_p)
-        self._seed_bits = seed_bits(seed)  # typed: None, a float, 2**70 are refused naming seed
-        self.seed = int(seed)
-        self.epsilon = _float_param("epsilon", epsilon, 0.0, 1.0)
-        self.alpha = _float_param("alpha", alpha, 0.0, 0.5)
-        self.tail_tolerance = _float_param("tail_tolerance", tail_tolerance, 0.0, 10.0, open_low=False)
-        self.greedy_tolerance = _float_param("greedy_tolerance", greedy_tolerance, 0.0, 1e6, open_low=False)
+        c = config_or_settings(AuditConfig, config, dict(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, epsilon=epsilon, alpha=alpha,
+            tail_tolerance=tail_tolerance, greedy_tolerance=greedy_tolerance))
+        self.config = c
+        self.params = c.params
+        self._seed_bits = seed_bits(c.seed)
+        self.seed = c.seed
+        self.epsilon, self.alpha = c.epsilon, c.alpha
+        self.tail_tolerance, self.greedy_tolerance = c.tail_tolerance, c.greedy_tolerance
         self.greedy = self.params.temperature == 0
         self._prompt: list[np.ndarray] = []
         self._pos: list[np.ndarray] = []

@@ -54,6 +54,8 @@ MAX_NEW_TOKENS = 1 << 20
 #: timing rounds (``--repeats``, ``--cost-repeats``) and discarded warm-up rounds (``--warmup``): run-time guards
 MAX_REPEATS = 1000
 MAX_WARMUP = 100
+#: warm-up rounds of a cost measurement (fastspec.hf.measure_costs) when none are given
+DEFAULT_WARMUP = 2
 
 # ---- analysis and simulation
 #: largest draft length k anywhere (simulate, inspect, the DP, the real loop)

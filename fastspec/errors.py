@@ -13,10 +13,13 @@ that does not answer (:class:`ClusterError`), a missing extra (:class:`MissingEx
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
+from contextlib import contextmanager
 
 __all__ = ["FastspecError", "InvalidInput", "InvalidType", "DumpFormatError", "DumpNotFound", "ClusterError",
-           "MissingExtra", "check_int", "shown"]
+           "MissingExtra", "check_int", "int_in", "positive_int",
+           "shown", "about", "config_or_settings"]
 
 
 class FastspecError(Exception):
@@ -78,3 +81,55 @@ def check_int(name: str, value, low: int, high: int | None = None) -> int:
     if value < low or (high is not None and value > high):
         raise InvalidInput(f"{name} = {value!r} must be {want}", argument=name)
     return int(value)
+
+
+def int_in(name: str, value, low: int, upper: int | None = None, note: str = "") -> int:
+    """``value`` as an int in [``low``, ``upper``] (no upper bound when None), checked by the library's one checker
+    (:func:`fastspec.errors.check_int`) and told in the entry points' words: ``"{name} = {value!r} is invalid: use
+    {rule}{note}"``; InvalidType for a non-integer (bool included), InvalidInput when out of range."""
+    rule = f"an integer >= {low}" if upper is None else f"an integer in [{low}, {upper}]"
+    try:
+        return check_int(name, value, low, upper)
+    except InvalidType:
+        raise InvalidType(f"{name} = {value!r} is invalid: use {rule}{note}") from None
+    except InvalidInput:
+        raise InvalidInput(f"{name} = {value!r} is invalid: use {rule}{note}") from None
+
+
+def positive_int(name: str, value, upper: int | None = None) -> int:
+    """``value`` as an int in [1, ``upper``] (no upper bound when None): :func:`int_in`."""
+    return int_in(name, value, 1, upper)
+
+
+@contextmanager
+def about(*names):
+    """Tag a typed error raised inside with the argument(s) at fault, ``exc.arguments`` (unless an inner check tagged
+    it already), and let it go on: a front end speaks of its own names for them (the command line: its flags)."""
+    try:
+        yield
+    except (InvalidInput, InvalidType) as exc:
+        if getattr(exc, "arguments", None) is None:
+            exc.arguments = names
+        raise
+
+
+def config_or_settings(cls, config, settings: dict):
+    """The settings of an analysis as its frozen config dataclass ``cls``: ``config`` as it is, or ``cls(**settings)``
+    (the caller's arguments one by one, validated on construction).  Both at once -- ``config`` and a setting away
+    from its default -- is refused (InvalidInput, ``argument="config"``)."""
+    if config is None:
+        return cls(**settings)
+    if not isinstance(config, cls):
+        raise InvalidType(f"config must be a {cls.__name__} or None, got {type(config).__name__}", argument="config")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    mixed = [n for n, v in settings.items() if v is not None and not _same(v, defaults.get(n))]
+    if mixed:
+        raise InvalidInput(f"give the settings either as config= or one by one ({', '.join(mixed)}), not both",
+                           argument="config")
+    return config
+
+
+def _same(value, default) -> bool:
+    """``value`` is the default of a setting (a plain scalar or tuple compared by value; anything else by identity)."""
+    return value is default or (type(value) is type(default) and isinstance(value, (bool, int, float, str, tuple))
+                                and value == default)

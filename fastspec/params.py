@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple
+from functools import cached_property
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
-from .errors import InvalidInput, InvalidType
+from .errors import InvalidInput, InvalidType, about
 
-__all__ = ["SamplingParams", "RowParams", "per_row", "MIN_TEMPERATURE", "NAMES", "format_value"]
+__all__ = ["SamplingParams", "RowParams", "per_row", "MIN_TEMPERATURE", "NAMES", "format_value", "sampling_overrides",
+           "SamplingSettings", "GivenSampling"]
 
 MIN_TEMPERATURE = 1e-300
 NAMES = ("temperature", "top_k", "top_p", "min_p")
@@ -141,6 +143,76 @@ class SamplingParams:
         """The kernels' per-row arrays, every row with this configuration."""
         return RowParams(np.full(n, self.temperature), np.full(n, self.top_k, dtype=np.int64),
                          np.full(n, self.top_p), np.full(n, self.min_p))
+
+
+def sampling_overrides(sampling, loose: dict) -> dict:
+    """{name: value} of the explicitly requested sampling settings (validated); the others come from the dump.
+
+    ``sampling``: None or a :class:`fastspec.params.SamplingParams` (every setting given); ``loose``: the settings
+    given one by one (``temperature=``, ``top_k=``, ``top_p=``, ``min_p=``; None: the dump's), not both.  One
+    convention for the analyses' configs (:class:`fastspec.simulation.SimulateConfig`, the policy replays,
+    :class:`fastspec.acceptance.InspectConfig`)."""
+    given = {}
+    for name in NAMES:
+        if loose[name] is not None:
+            with about(name):
+                given[name] = _scalar(name, loose[name])
+    if sampling is None:
+        return given
+    with about("sampling"):
+        if not isinstance(sampling, SamplingParams):
+            raise InvalidType(f"sampling must be a SamplingParams or None (the dump's recorded settings; give single "
+                              f"settings as temperature=, top_k=, top_p=, min_p=), got {type(sampling).__name__}")
+        if given:
+            raise InvalidInput("give the sampling settings either as sampling= or one by one (temperature=, top_k=, "
+                               "top_p=, min_p=), not both")
+    return sampling.as_dict()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingSettings:
+    """The sampling settings of an analysis's config (a base of its frozen dataclass, whose :attr:`checked` validates
+    every field on construction): ``sampling`` (None: the dump's recorded settings; or a :class:`SamplingParams`) or
+    ``temperature``, ``top_k``, ``top_p``, ``min_p`` one by one (None: the dump's), not both."""
+
+    sampling: SamplingParams | None = None
+    temperature: Any = None
+    top_k: Any = None
+    top_p: Any = None
+    min_p: Any = None
+
+    def __post_init__(self):
+        self.checked  # noqa: B018 - validated on construction
+
+    @cached_property
+    def checked(self):
+        """The validated settings (a subclass adds its own fields' checks)."""
+        return self.overrides()
+
+    def overrides(self) -> dict:
+        """The explicitly requested settings, validated (:func:`sampling_overrides`)."""
+        return sampling_overrides(self.sampling, {n: getattr(self, n) for n in NAMES})
+
+
+@dataclass(frozen=True, kw_only=True)
+class GivenSampling:
+    """The sampling settings of a config with no dump to take them from (a real-model run, an output audit), a base
+    of its frozen dataclass: ``temperature``, ``top_k``, ``top_p``, ``min_p`` (None: the default), checked by
+    :meth:`checked_sampling` with the setting at fault tagged (``exc.arguments``); :attr:`params`."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+    def checked_sampling(self) -> dict:
+        """The four settings validated (:func:`sampling_overrides`), defaults filled in."""
+        return SamplingParams(**sampling_overrides(None, {n: getattr(self, n) for n in NAMES})).as_dict()
+
+    @property
+    def params(self) -> SamplingParams:
+        """The settings as one :class:`SamplingParams`."""
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
 
 
 class RowParams(NamedTuple):

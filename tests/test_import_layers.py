@@ -48,7 +48,8 @@ LAYERS = [
     # acceptance also holds the array half of alpha (acceptance_rates / _bounds): it imports nothing above io.
     *_layer(5, "analyses", "fastspec.acceptance", "fastspec.analysis", "fastspec.simulation", "fastspec.policies",
             "fastspec.audit", "fastspec.gof", "fastspec.costs", "fastspec.distributed",
-            "fastspec.server_dump"),
+            "fastspec.server_dump",
+            "fastspec.runs"),  # the settings of the real-model runs (cost measurement, dump): no torch
     *_layer(6, "hf", "fastspec.hf"),
     *_layer(7, "engines", "fastspec.engines"),
     # the facade: fastspec/__init__.py re-exports the library (exactly this module, not the packages under it)

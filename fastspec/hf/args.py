@@ -7,28 +7,10 @@ import numpy as np
 import torch
 
 from ..config import MAX_K, MAX_NEW_TOKENS  # one cap everywhere: the longest draft, the longest continuation
-from ..errors import InvalidInput, InvalidType, check_int
+from ..errors import InvalidInput, positive_int
 
-__all__ = ["MAX_K", "MAX_NEW_TOKENS", "int_in", "positive_int", "check_k", "check_max_new_tokens", "as_token_ids",
+__all__ = ["MAX_K", "MAX_NEW_TOKENS", "positive_int", "check_k", "check_max_new_tokens", "as_token_ids",
            "eos_set", "position_limit", "check_positions", "check_generation_positions"]
-
-
-def int_in(name: str, value, low: int, upper: int | None = None, note: str = "") -> int:
-    """``value`` as an int in [``low``, ``upper``] (no upper bound when None), checked by the library's one checker
-    (:func:`fastspec.errors.check_int`) and told in the entry points' words: ``"{name} = {value!r} is invalid: use
-    {rule}{note}"``; InvalidType for a non-integer (bool included), InvalidInput when out of range."""
-    rule = f"an integer >= {low}" if upper is None else f"an integer in [{low}, {upper}]"
-    try:
-        return check_int(name, value, low, upper)
-    except InvalidType:
-        raise InvalidType(f"{name} = {value!r} is invalid: use {rule}{note}") from None
-    except InvalidInput:
-        raise InvalidInput(f"{name} = {value!r} is invalid: use {rule}{note}") from None
-
-
-def positive_int(name: str, value, upper: int | None = None) -> int:
-    """``value`` as an int in [1, ``upper``] (no upper bound when None): :func:`int_in`."""
-    return int_in(name, value, 1, upper)
 
 
 def check_max_new_tokens(max_new_tokens) -> int:

@@ -16,6 +16,7 @@ removed on failure and on interrupt.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -25,14 +26,13 @@ import numpy as np
 import torch
 
 from ..config import MAX_POSITIONS
-from ..costs import CostTable
-from ..errors import InvalidInput, InvalidType
+from ..errors import InvalidInput, InvalidType, config_or_settings
 from ..io import check_draft_name, save_dump
 from ..ngram import NgramProposer
 from ..params import SamplingParams
+from ..runs import DEFAULT_COST_K, DUMP_DTYPES, DumpConfig
 from ..processing import probabilities
-from .args import (as_token_ids, check_generation_positions, check_k, check_max_new_tokens, check_positions, eos_set,
-                   positive_int)
+from .args import as_token_ids, check_generation_positions, check_k, check_max_new_tokens, check_positions, eos_set
 from .loop import derive_seed, generate, start_numba_pool
 from .models import check_vocab_size
 from .teacher import teacher_forced_logits
@@ -40,9 +40,7 @@ from .teacher import teacher_forced_logits
 __all__ = ["dump_logits", "check_dump_path", "check_dump_positions", "DUMP_DTYPES", "STAGING_PREFIX",
            "DEFAULT_COST_K"]
 
-DUMP_DTYPES = ("float16", "float32")
 STAGING_PREFIX = ".fastspec-dump-"
-DEFAULT_COST_K = tuple(range(1, 9))
 #: model types whose causal-LM head is exactly lm_head(norm(hidden)) (no soft-capping or scaling of the logits),
 #: so an early exit's rows can be taken from the target's own forwards
 _PLAIN_HEAD_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
@@ -159,22 +157,6 @@ class _ExitCapture:
         return draft.lm_head(draft.model.norm(h))[0].to(torch.float32).numpy()
 
 
-def _dtype(dtype) -> np.dtype:
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
-    if name not in DUMP_DTYPES:
-        raise InvalidInput(f"dtype {dtype!r} is invalid: dense logits are stored as float16 or float32")
-    return np.dtype(name)
-
-
-def _check_costs_arg(costs):
-    if isinstance(costs, bool) or costs is None:
-        return costs
-    if isinstance(costs, (CostTable, str, Mapping)):
-        return costs
-    raise InvalidType(f"costs must be True (measure), False/None (none), or a cost table (CostTable, dict or JSON), "
-                      f"got {type(costs).__name__}")
-
-
 def _stage(out: str) -> str:
     """A dot-named staging directory next to ``out`` (same file system: the final rename is atomic)."""
     return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=os.path.dirname(os.path.normpath(out)) or ".")
@@ -185,7 +167,7 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
                 top_k_save: int | None = None, seed: int = 0, eos_token_id=None, ignore_eos: bool = False,
                 dtype="float16", compressed: bool | None = None, costs=True, cost_k: Sequence[int] = DEFAULT_COST_K,
                 cost_repeats: int = 10, progress: Callable[[int], None] | None = None,
-                cost_progress: Callable[[int], None] | None = None) -> str:
+                cost_progress: Callable[[int], None] | None = None, config: DumpConfig | None = None) -> str:
     """Write a logit dump of ``target`` and ``drafts`` ({name: model or NgramProposer}) over ``prompts`` (lists of
     token ids); returns the path written.
 
@@ -208,20 +190,19 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
     Memory: rows go straight into memory-mapped arrays in the staging directory; :func:`fastspec.io.save_dump`
     validates and writes them from there, so peak memory is one prompt's float32 rows per model, not the dump.
     ``compressed`` (npz only) defaults to True for sparse dumps.  ``progress(1)`` is called after each prompt,
-    ``cost_progress(1)`` after each cost-measurement round."""
-    params = SamplingParams(temperature, top_k, top_p, min_p)
+    ``cost_progress(1)`` after each cost-measurement round.  The settings are a :class:`fastspec.runs.DumpConfig`
+    (``config``: its bounds) or its fields as arguments, not both; they are checked first."""
+    c = config_or_settings(DumpConfig, config, dict(
+        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        top_k_save=top_k_save, seed=seed, ignore_eos=ignore_eos, dtype=dtype, compressed=compressed, costs=costs,
+        cost_k=cost_k, cost_repeats=cost_repeats))
+    params, n_new, top_k_save, seed, ignore_eos = c.params, c.max_new_tokens, c.top_k_save, c.seed, c.ignore_eos
+    store, compressed, costs, cost_k = np.dtype(c.dtype), c.compressed, c.costs, c.cost_k
+    cost_config = c.cost_config  # the cost measurement's settings, checked before any generation
     start_numba_pool()  # before torch's first forward here (the kernels would start it mid-run otherwise)
-    n_new = check_max_new_tokens(max_new_tokens)
     drafts = dict(drafts or {})
     for name in drafts:
         check_draft_name(name)
-    top_k_save = None if top_k_save is None else positive_int("top_k_save", top_k_save)
-    store = _dtype(dtype)
-    costs = _check_costs_arg(costs)
-    cost_k = [check_k(k) for k in cost_k]
-    cost_repeats = positive_int("cost_repeats", cost_repeats)
-    if not isinstance(ignore_eos, (bool, np.bool_)):
-        raise InvalidType(f"ignore_eos must be True or False, got {ignore_eos!r}")
     if not prompts:
         raise InvalidInput("prompts: give at least one prompt")
     prompts = [as_token_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
@@ -303,9 +284,9 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
 
             mid = int(np.argsort(prompt_lengths + lengths, kind="stable")[(N - 1) // 2])
             seq = prompts[mid] + tokens[mid, :lengths[mid]].tolist()
-            table = measure_costs(target, drafts, ks=cost_k, context=seq,
-                                  context_length=len(prompts[mid]) + max(1, int(lengths[mid]) // 2),
-                                  repeats=cost_repeats, **params.as_dict(), seed=seed, progress=cost_progress)
+            length = len(prompts[mid]) + max(1, int(lengths[mid]) // 2)
+            table = measure_costs(target, drafts, context=seq, progress=cost_progress,
+                                  config=dataclasses.replace(cost_config, context_length=length))
         elif costs:
             table = costs
         if compressed is None:

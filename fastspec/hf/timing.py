@@ -30,14 +30,15 @@ import numpy as np
 import torch
 
 from ..costs.table import CostTable, parse_batch_list
-from ..errors import InvalidInput, InvalidType
+from ..config import DEFAULT_WARMUP
+from ..runs import CostMeasureConfig, cost_ks
+from ..errors import InvalidInput, InvalidType, about, config_or_settings
 from ..ngram import NgramProposer
 from ..params import SamplingParams
 from ..processing import sample_tokens
 from ..stats import median_se
 from ..verify import verify_logits
-from .args import (MAX_K, MAX_NEW_TOKENS, as_token_ids, check_k, check_max_new_tokens, check_positions, int_in,
-                   positive_int)
+from .args import MAX_K, MAX_NEW_TOKENS, as_token_ids, check_max_new_tokens, check_positions, positive_int
 from .loop import draw_token, generate, serial_kernels, start_numba_pool
 from .teacher import teacher_forced_logits
 from .runner import BatchKVRunner, KVRunner
@@ -47,7 +48,6 @@ __all__ = ["measure_costs", "check_cost_context", "check_batch_budget", "batch_a
            "MAX_CACHED_TOKENS"]
 
 DEFAULT_CONTEXT_LENGTH = 128
-DEFAULT_WARMUP = 2
 
 
 def machine_name() -> str:
@@ -67,17 +67,6 @@ def machine_name() -> str:
 
 def _positive_seconds(t: float) -> float:
     return max(t, 1e-9)  # a cost table holds times > 0; perf_counter never reports less than a nanosecond anyway
-
-
-def _ks(kmax, ks) -> list[int]:
-    if ks is None:
-        return list(range(1, check_k(kmax) + 1))
-    if isinstance(ks, (int, np.integer)) and not isinstance(ks, bool):
-        return [check_k(ks)]
-    out = sorted({check_k(k) for k in ks})
-    if not out:
-        raise InvalidInput("ks: give at least one draft length")
-    return out
 
 
 def _split_drafts(drafts: Mapping | None):
@@ -141,7 +130,7 @@ def check_cost_context(target, drafts: Mapping | None = None, *, kmax: int = 4, 
     and the context + the largest k + 1 tokens within the position limit (``max_position_embeddings``) of the
     target and every model draft; else InvalidInput naming the argument (``context_length``, or
     ``max_new_tokens`` when the context comes from ``prompts``)."""
-    K = max(_ks(kmax, ks))
+    K = max(cost_ks(kmax, ks))
     models, _ = _split_drafts(drafts)
     return _plan(target, models, context=context, context_length=context_length, prompts=prompts,
                  max_new_tokens=max_new_tokens, extra=K + 1)[0]
@@ -210,7 +199,7 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
                   prompts: Sequence[Sequence[int]] | None = None, max_new_tokens: int = 64, repeats: int = 20,
                   warmup: int = DEFAULT_WARMUP, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                   min_p: float = 0.0, seed: int = 0, progress: Callable[[int], None] | None = None,
-                  batches: Sequence[int] | None = None) -> CostTable:
+                  batches: Sequence[int] | None = None, config: CostMeasureConfig | None = None) -> CostTable:
     """Measure the cost table of the real loop for ``target`` and ``drafts`` on this machine (module docstring).
 
     ``drafts``: {name: model or :class:`fastspec.ngram.NgramProposer`} (none: the target's entries and the plain
@@ -225,26 +214,31 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
     is called after each round.  Returns a validated :class:`fastspec.costs.CostTable` that records the machine,
     torch's thread count, the context length, the repeats and a note on the method.  ``batches`` (batch sizes in
     [1, 4096]): also the version-2 batch axis at those B on the same context, in a second interleaved run of
-    ``warmup`` + ``repeats`` rounds (:func:`batch_axis`; ``progress`` is then called twice as often)."""
-    params = SamplingParams(temperature, top_k, top_p, min_p)
+    ``warmup`` + ``repeats`` rounds (:func:`batch_axis`; ``progress`` is then called twice as often).
+    The settings are a :class:`fastspec.runs.CostMeasureConfig` (``config``: its bounds) or its fields as
+    arguments, not both; they are checked first (``context``, ``prompts`` and ``progress`` are not settings)."""
+    c = config_or_settings(CostMeasureConfig, config, dict(
+        ks=ks, kmax=kmax, context_length=context_length, max_new_tokens=max_new_tokens, repeats=repeats,
+        warmup=warmup, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, batches=batches))
+    params = c.params
     sp = params.as_dict()
-    ks = _ks(kmax, ks)
+    ks, context_length, max_new_tokens, repeats, warmup, seed, batches = (
+        c.ks, c.context_length, c.max_new_tokens, c.repeats, c.warmup, c.seed, c.batches)
     start_numba_pool()  # before any timing: the verify_logits of the first round would start it otherwise
-    repeats = positive_int("repeats", repeats)
-    warmup = int_in("warmup", warmup, 0, note=" (rounds discarded)")
     models, ngrams = _split_drafts(drafts)
     V = _vocab(target)
     for name, m in models.items():
         if _vocab(m) != V:
             raise InvalidInput(f"draft {name}: its LM head has {_vocab(m)} outputs but the target's has {V}")
     if batches is not None:
-        batches = parse_batch_list(list(batches) if not isinstance(batches, (int, str)) else batches, "batches")
-        check_batch_budget(batches, max(ks), V)
+        with about("batches"):
+            check_batch_budget(batches, max(ks), V)
     K = max(ks)
     toks, C = _context(target, models, context=context, context_length=context_length, prompts=prompts,
                        max_new_tokens=max_new_tokens, extra=K + 1, seed=seed)
     if batches is not None:  # the batched caches fit, before any timing
-        check_batch_budget(batches, K, V, C, 1 + len(models))
+        with about("batches"):
+            check_batch_budget(batches, K, V, C, 1 + len(models))
     ctx = toks[:C]
     rng = np.random.default_rng(seed)
 

@@ -73,7 +73,7 @@ from ..costs.relative import CostModel, VerifyCost
 from .ngram import NGRAM_ASSUMPTION
 from .policy_eval import PolicyEstimate, evaluate_policy
 from .policy_rows import POLICY_ASSUMPTION, check_policy_drafts, policy_rows
-from .policy_search import PolicySearch, search_policies
+from .policy_search import PolicySearch, PolicySearchConfig, search_policies
 from .results import (ARGMAX_ASSUMPTION, ASSUMPTIONS, SPEEDUP_ASSUMPTIONS, VARIANT_ASSUMPTIONS, DraftKResult,
                       SimulationResult, sampling_warnings)
 from .rows import Context, ngram_rows, token_row, variant_row
@@ -82,7 +82,7 @@ from .speedup import FlagPricing, TablePricing, best_overall, best_per_draft, ve
 __all__ = ["simulate", "SimulateConfig", "SimulatePlan", "VerifyCost", "CostModel", "parse_k_list", "DraftKResult",
            "SimulationResult", "batch_means_ci", "MODES", "AGREEMENT_FALSE_ALARM", "VERIFY_METHODS",
            "SIMULATED_SAMPLING", "DRAFT_SAMPLING", "evaluate_policy", "search_policies", "PolicyEstimate",
-           "PolicySearch"]
+           "PolicySearch", "PolicySearchConfig"]
 
 #: the verification methods the simulator replays: the registry's (:data:`fastspec.methods.VERIFICATION_METHODS`)
 VERIFY_METHODS = tuple(VERIFICATION_METHODS)

@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import math
 import os
-import re
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
 from .._numba.rng import seed_bits
-from ..config import (DEFAULT_BATCHES, DEFAULT_BLOCK_TRIALS, DEFAULT_TRIALS, MAX_BATCHES, MAX_CANDIDATES, MAX_K,
-                      MAX_TRIALS, MIN_TRIALS)
+from ..config import (DEFAULT_BATCHES, DEFAULT_BLOCK_TRIALS, DEFAULT_TRIALS, MAX_BATCHES, MAX_CANDIDATES, MAX_TRIALS,
+                      MIN_TRIALS)
 from ..acceptance import resolve_sampling
 from ..costs import CostTable
-from ..errors import InvalidInput, InvalidType
+from ..errors import InvalidInput, InvalidType, about
 from ..methods import check_candidate_sampling, check_method
 from ..ngram import NgramProposer
-from ..params import NAMES as SAMPLING_NAMES, SamplingParams, _scalar, format_value
+from ..analysis import parse_k_list
+from ..params import NAMES as SAMPLING_NAMES, format_value, sampling_overrides
 from ..policies import parse_policies
 from ..costs.relative import CostModel, VerifyCost
 from ..ngram import NGRAM_GRAMMAR, ngram_name, parse_ngram_draft
@@ -37,46 +36,6 @@ MODES = ("bernoulli", "token")
 SIMULATED_SAMPLING = ("iid", "deterministic")
 #: how a model draft proposes: sampled from q (judged with q), or its argmax (judged with a one-hot q, as vLLM V1)
 DRAFT_SAMPLING = ("sampled", "argmax")
-
-
-def parse_k_list(spec) -> list[int]:
-    """``4`` / ``"4"`` / ``"1,2,4,8"`` / ``"1-8"`` (and mixtures ``"1-3,8"``) -> sorted unique ks in
-    [1, MAX_K].  Ranges are checked against the cap before they are expanded."""
-    items: list[int] = []
-    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
-        items = [int(spec)]
-    elif isinstance(spec, str):
-        for part in spec.split(","):
-            part = part.strip()
-            m = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", part)
-            if m:
-                lo, hi = int(m.group(1)), int(m.group(2))
-                if hi < lo:
-                    raise InvalidInput(f"k range {part!r} is empty; write low-high, e.g. 1-8")
-                if lo < 1 or hi > MAX_K:
-                    raise InvalidInput(f"k range {part!r} is outside [1, {MAX_K}] (drafted tokens per step)")
-                items.extend(range(lo, hi + 1))
-            else:
-                try:
-                    items.append(int(part))
-                except ValueError:
-                    raise InvalidInput(f"k {part!r} is not an integer; write e.g. 4, 1,2,4,8 or 1-8") from None
-    elif isinstance(spec, Sequence):
-        for v in spec:
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise InvalidType(f"k values must be integers, got {type(v).__name__} {format_value(v)}")
-            items.append(int(v))
-    else:
-        raise InvalidType(f"k must be an integer, a list of integers or a string like '1-8', got "
-                          f"{type(spec).__name__}")
-    if not items:
-        raise InvalidInput("k is empty; give at least one draft length, e.g. 4")
-    bad = [v for v in items if v < 1]
-    if bad:
-        raise InvalidInput(f"k = {bad[0]} is invalid: the draft length must be >= 1")
-    if max(items) > MAX_K:
-        raise InvalidInput(f"k = {max(items)} is too large (at most {MAX_K} drafted tokens per step)")
-    return sorted(set(items))
 
 
 def _as_list(value, name):
@@ -93,18 +52,6 @@ def _as_list(value, name):
 def _shown(v) -> str:
     """A value in a message as it was written: text as it is (a list item of "1,2.5"), numbers as typed."""
     return v if isinstance(v, str) else format_value(v)
-
-
-@contextmanager
-def about(*names):
-    """Tag a typed error raised inside with the argument(s) at fault, ``exc.arguments`` (unless an inner check tagged
-    it already), and let it go on."""
-    try:
-        yield
-    except (InvalidInput, InvalidType) as exc:
-        if getattr(exc, "arguments", None) is None:
-            exc.arguments = names
-        raise
 
 
 def variants(verify, candidates, candidate_sampling) -> list[tuple[str, int]]:
@@ -225,29 +172,6 @@ def draft_modes(draft_sampling, candidate_sampling) -> tuple[str, str]:
                                "contradict each other: deterministic candidates are the top-w draft tokens (argmax "
                                "drafts), i.i.d. candidates are sampled from q; give one of them")
     return draft_sampling, want
-
-
-def sampling_overrides(sampling, loose: dict) -> dict:
-    """{name: value} of the explicitly requested sampling settings (validated); the others come from the dump.
-
-    ``sampling``: None or a :class:`fastspec.params.SamplingParams` (every setting given); ``loose``: the settings
-    given one by one (``temperature=``, ``top_k=``, ``top_p=``, ``min_p=``; None: the dump's), not both.  One
-    convention for :class:`SimulateConfig` and the policy replays (``evaluate_policy``, ``search_policies``)."""
-    given = {}
-    for name in SAMPLING_NAMES:
-        if loose[name] is not None:
-            with about(name):
-                given[name] = _scalar(name, loose[name])
-    if sampling is None:
-        return given
-    with about("sampling"):
-        if not isinstance(sampling, SamplingParams):
-            raise InvalidType(f"sampling must be a SamplingParams or None (the dump's recorded settings; give single "
-                              f"settings as temperature=, top_k=, top_p=, min_p=), got {type(sampling).__name__}")
-        if given:
-            raise InvalidInput("give the sampling settings either as sampling= or one by one (temperature=, top_k=, "
-                               "top_p=, min_p=), not both")
-    return sampling.as_dict()
 
 
 def _cost_model(draft_cost, verify_cost, ks):

@@ -45,7 +45,8 @@ from ..errors import InvalidInput, InvalidType
 from ..params import SamplingParams
 from ..policies import DraftPolicy, parse_policy
 from ..stats import batch_means_ci, ratio_ci
-from .config import check_trials, sampling_overrides
+from ..params import sampling_overrides
+from .config import check_trials
 from .policy_features import PolicyFeatures, policy_features
 from .speedup import speedup_interval
 

@@ -14,18 +14,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 from ..config import MAX_K
 from .._numba.rng import seed_bits
-from ..errors import InvalidInput, InvalidType
-from ..params import SamplingParams
+from ..errors import InvalidInput, InvalidType, about, config_or_settings
+from ..params import SamplingParams, SamplingSettings
 from ..policies import DraftPolicy, parse_policy
-from .config import check_trials, sampling_overrides
+from .config import check_trials
 from .policy_eval import (DEFAULT_POLICY_TRIALS, MAX_POLICY_TRIALS, PolicyEstimate, _open_dump, check_policy_dump,
                           evaluate_features, needed_thetas, step_costs)
 from .policy_features import MAX_DRAW_BYTES, policy_features
 
-__all__ = ["PolicySearch", "PolicyChoice", "search_policies", "default_grid", "HF_DEFAULT_SPEC"]
+__all__ = ["PolicySearch", "PolicyChoice", "PolicySearchConfig", "search_policies", "default_grid", "HF_DEFAULT_SPEC"]
 
 HF_DEFAULT_SPEC = "hf"
 THETAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -130,51 +132,90 @@ def _cost_of(costs):
     return CostTable.of(costs)
 
 
-def search_policies(dump, draft: str | None, costs, *, grid=None, budget_s: float = 120.0, progress=None,
-                    sampling: SamplingParams | None = None, temperature=None, top_k=None, top_p=None, min_p=None,
-                    trials: int = DEFAULT_POLICY_TRIALS, seed: int = 0,
-                    include_hf_default: bool = True) -> PolicySearch:
+@dataclass(frozen=True, kw_only=True)
+class PolicySearchConfig(SamplingSettings):
+    """What :func:`search_policies` searches, as the caller gave it; validated on construction, before any dump is
+    read (typed errors tagged with the argument(s) at fault, ``exc.arguments``: :func:`fastspec.errors.about`).
+    The fields are :func:`search_policies`'s settings (its docstring); ``costs="dump"``: the dump's recorded
+    table (checked once the dump is open).  The validated forms are :attr:`checked`."""
+
+    costs: Any
+    draft: str | None = None
+    grid: Any = None
+    budget_s: float = 120.0
+    trials: int = DEFAULT_POLICY_TRIALS
+    seed: int = 0
+    include_hf_default: bool = True
+
+    @cached_property
+    def checked(self) -> dict:
+        """{"overrides": the explicit sampling settings, "trials", "cost": the cost model (or "dump"), "grid": the
+        parsed policies (None: :func:`default_grid`)}; the checks run in the command line's order of its flags."""
+        overrides = self.overrides()
+        with about("seed"):
+            seed_bits(self.seed)  # the typed check the verify functions use: an integer in [-2**63, 2**64)
+        with about("trials"):
+            trials = check_trials(self.trials, high=MAX_POLICY_TRIALS)
+        with about("budget_s"):
+            b = self.budget_s
+            if isinstance(b, bool) or not isinstance(b, (int, float)):
+                raise InvalidType(f"budget_s must be a number of seconds > 0, got {type(b).__name__}")
+            if not (b > 0 and math.isfinite(b)):
+                raise InvalidInput(f"budget_s = {b:g} is invalid: give a number of seconds > 0")
+        with about("costs"):
+            cost = "dump" if isinstance(self.costs, str) and self.costs == "dump" else _cost_of(self.costs)
+        with about("grid"):
+            grid = None if self.grid is None else [parse_policy(g, name="grid") for g in self.grid]
+        return {"overrides": overrides, "trials": trials, "cost": cost, "grid": grid}
+
+
+def search_policies(dump, draft: str | None = None, costs=None, *, grid=None, budget_s: float = 120.0,
+                    progress=None, sampling: SamplingParams | None = None, temperature=None, top_k=None, top_p=None,
+                    min_p=None, trials: int = DEFAULT_POLICY_TRIALS, seed: int = 0, include_hf_default: bool = True,
+                    config: PolicySearchConfig | None = None) -> PolicySearch:
     """Search ``grid`` (policy specs / Policies; None: :func:`default_grid`) for the largest predicted speed-up of
-    ``draft`` (None: the dump's only draft) of a dense ``dump`` under ``costs`` (a :class:`fastspec.costs.CostTable`,
-    its mapping or path, a StepCost, a simulator pricing; "dump": the dump's recorded table).  ``budget_s``: seconds
-    of evaluation after the pass (> 0).  ``progress(done, total)`` after each point.  Monte-Carlo points (HF's
-    default) use ``trials`` replays per sequence keyed by ``seed``.  ``sampling``: None (the dump's recorded
-    settings) or a SamplingParams; or single settings one by one (``temperature=`` etc.)."""
+    ``draft`` (None: the dump's only draft) of a dense ``dump`` (a path or an open dump) under ``costs`` (a
+    :class:`fastspec.costs.CostTable`, its mapping or path, a StepCost, a simulator pricing; "dump": the dump's
+    recorded table).  ``budget_s``: seconds of evaluation after the pass (> 0).  ``progress(done, total)`` after
+    each point.  Monte-Carlo points (HF's default) use ``trials`` replays per sequence keyed by ``seed``.
+    ``sampling``: None (the dump's recorded settings) or a SamplingParams; or single settings one by one
+    (``temperature=`` etc.).  The settings are a :class:`PolicySearchConfig` (``config``) or its fields as
+    arguments, not both; every one is checked before the dump is read."""
     from ..acceptance import resolve_sampling
 
-    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not (budget_s > 0 and
-                                                                                   math.isfinite(budget_s)):
-        raise InvalidInput(f"budget_s = {budget_s!r} must be a finite number of seconds > 0")
+    settings = dict(costs=costs, draft=draft, grid=grid, budget_s=budget_s, trials=trials, seed=seed,
+                    sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                    include_hf_default=include_hf_default)
+    config = config_or_settings(PolicySearchConfig, config, settings)
     if progress is not None and not callable(progress):
         raise InvalidType("progress must be a function (done, total) or None")
-    trials = check_trials(trials, high=MAX_POLICY_TRIALS)
-    seed_bits(seed)  # the typed check the verify functions use: an integer in [-2**63, 2**64)
-    overrides = sampling_overrides(sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p,
-                                                               min_p=min_p))
-    given = None if grid is None else [parse_policy(g, name="grid") for g in grid]
+    plan = config.checked
+    draft, budget_s, trials, seed = config.draft, config.budget_s, plan["trials"], config.seed
     d, own = _open_dump(dump)
     try:
+        cost = plan["cost"]
+        if isinstance(cost, str):  # "dump"
+            if d.costs is None:
+                with about("costs", "dump"):
+                    raise InvalidInput(f"costs: {d.path} records no cost table; give one (fastspec cost --out FILE)")
+            cost = d.costs
         if draft is None:
             if len(d.drafts) != 1:
                 raise InvalidInput(f"draft: name one of the dump's drafts ({', '.join(d.drafts) or 'none'})")
             draft = d.drafts[0]
-        if isinstance(costs, str) and costs == "dump":
-            if d.costs is None:
-                raise InvalidInput(f"costs: {d.path} records no cost table; give one (fastspec cost --out FILE)")
-            costs = d.costs
-        cost = _cost_of(costs)
         kp = _priced_max(cost, draft)
         if kp == 0:
             raise InvalidInput(f"costs: the cost table does not price draft {draft!r} at k = 1 (it needs its "
                                "forward time, target.forward_s[\"2\"] and overhead_s[\"1\"])")
+        given = plan["grid"]
         pols = given if given is not None else default_grid(min(kp, d.T - 1))
         pols = list(dict.fromkeys(pols))
         hf_def = parse_policy(HF_DEFAULT_SPEC)
-        if include_hf_default and hf_def not in pols:
+        if config.include_hf_default and hf_def not in pols:
             pols.append(hf_def)
         for p in pols:
             check_policy_dump(d, draft, p, flag="grid")
-        sp = resolve_sampling(d, **overrides)
+        sp = resolve_sampling(d, **plan["overrides"])
         thetas = sorted({t for p in pols for t in needed_thetas(p)})
         mc = any(not p.exact_replay for p in pols)
         notes = []

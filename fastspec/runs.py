@@ -1,0 +1,146 @@
+"""What the real-model runs are run with -- a cost measurement (:func:`fastspec.hf.measure_costs`:
+:class:`CostMeasureConfig`), a logit dump (:func:`fastspec.hf.dump_logits`: :class:`DumpConfig`) -- validated on
+construction before torch is imported or any model is loaded (this module imports neither), with the bounds every
+real-model entry point takes (:mod:`fastspec.config`: tokens, rounds, row widths; a seed in [0, 2**63))."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .config import DEFAULT_WARMUP, MAX_K, MAX_NEW_TOKENS, MAX_REPEATS, MAX_WARMUP, MAX_WIDTH
+from .costs.table import CostTable, parse_batch_list
+from .errors import InvalidInput, InvalidType, about, check_int, int_in, positive_int
+from .params import GivenSampling
+
+__all__ = ["CostMeasureConfig", "DumpConfig", "cost_ks", "check_model_seed", "SEED_END", "DUMP_DTYPES",
+           "DEFAULT_COST_K"]
+
+#: seeds of the real-model pipeline: [0, 2**63) (NumPy's generators take no negative seed, and the loop's derived
+#: seeds keep 63 bits: 2**63 + s would repeat s)
+SEED_END = 1 << 63
+#: how dense logits are stored
+DUMP_DTYPES = ("float16", "float32")
+#: the draft lengths a dump's recorded cost table covers by default
+DEFAULT_COST_K = tuple(range(1, 9))
+
+
+def cost_ks(kmax, ks) -> list[int]:
+    """The draft lengths a cost table covers: ``ks`` (one k or several, sorted, each once) or 1..``kmax``."""
+    if ks is None:
+        return list(range(1, positive_int("k", kmax, MAX_K) + 1))
+    if isinstance(ks, (int, np.integer)) and not isinstance(ks, bool):
+        return [positive_int("k", ks, MAX_K)]
+    out = sorted({positive_int("k", k, MAX_K) for k in ks})
+    if not out:
+        raise InvalidInput("ks: give at least one draft length")
+    return out
+
+
+def check_model_seed(seed, name: str = "seed") -> int:
+    """A seed of the real-model pipeline: an integer in [0, 2**63) (:data:`SEED_END`)."""
+    try:
+        return check_int(name, seed, 0, SEED_END - 1)
+    except (InvalidInput, InvalidType) as exc:
+        raise type(exc)(f"{name} = {seed!r} is invalid: use an integer in [0, 2**63) (0..{SEED_END - 1})") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostMeasureConfig(GivenSampling):
+    """The settings of :func:`fastspec.hf.measure_costs` (its docstring), as the caller gave them; validated on
+    construction (typed errors tagged with the argument at fault, ``exc.arguments``: :func:`fastspec.errors.about`),
+    the fields then hold the validated values (``ks`` the sorted draft lengths, ``batches`` the sorted batch sizes
+    or None).  Bounds: ``max_new_tokens`` and ``context_length`` (None: from the prompts, else 128) at most
+    :data:`fastspec.config.MAX_NEW_TOKENS`, ``repeats`` 1..:data:`~fastspec.config.MAX_REPEATS`, ``warmup``
+    0..:data:`~fastspec.config.MAX_WARMUP`, ``seed`` in [0, 2**63)."""
+
+    ks: Any = None
+    kmax: int = 4
+    context_length: int | None = None
+    max_new_tokens: int = 64
+    repeats: int = 20
+    warmup: int = DEFAULT_WARMUP
+    seed: int = 0
+    batches: Any = None
+
+    def __post_init__(self):
+        checked = {}
+        with about("ks"):
+            checked["ks"] = cost_ks(self.kmax, self.ks)
+        checked.update(self.checked_sampling())
+        if self.batches is not None:
+            with about("batches"):
+                b = self.batches
+                checked["batches"] = parse_batch_list(b if isinstance(b, (int, str)) else list(b), "batches")
+        for name, low, high, note in (("repeats", 1, MAX_REPEATS, "rounds"), ("warmup", 0, MAX_WARMUP, "rounds"),
+                                      ("max_new_tokens", 1, MAX_NEW_TOKENS, "tokens"),
+                                      ("context_length", 1, MAX_NEW_TOKENS, "tokens")):
+            if name != "context_length" or self.context_length is not None:
+                with about(name):
+                    checked[name] = int_in(name, getattr(self, name), low, high, f" ({note})")
+        with about("seed"):
+            checked["seed"] = check_model_seed(self.seed)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DumpConfig(GivenSampling):
+    """The settings of :func:`fastspec.hf.dump_logits` (its docstring), as the caller gave them; validated on
+    construction (typed errors tagged with the argument at fault, ``exc.arguments``), the fields then hold the
+    validated values.  Bounds: ``max_new_tokens`` 1..:data:`fastspec.config.MAX_NEW_TOKENS`, ``top_k_save`` None
+    or 1..:data:`~fastspec.config.MAX_WIDTH`, ``cost_repeats`` 1..:data:`~fastspec.config.MAX_REPEATS`, ``seed``
+    in [0, 2**63); ``dtype`` one of :data:`DUMP_DTYPES`; with ``costs=True`` the measurement's own settings are
+    :attr:`cost_config`."""
+
+    max_new_tokens: int = 128
+    top_k_save: int | None = None
+    seed: int = 0
+    ignore_eos: bool = False
+    dtype: Any = "float16"
+    compressed: bool | None = None
+    costs: Any = True
+    cost_k: Any = DEFAULT_COST_K
+    cost_repeats: int = 10
+
+    def __post_init__(self):
+        checked = self.checked_sampling()
+        with about("max_new_tokens"):
+            checked["max_new_tokens"] = int_in("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS, " (tokens)")
+        if self.top_k_save is not None:
+            with about("top_k_save"):
+                checked["top_k_save"] = int_in("top_k_save", self.top_k_save, 1, MAX_WIDTH,
+                                               " (2**24, the widest row a dump holds)")
+        with about("seed"):
+            checked["seed"] = check_model_seed(self.seed)
+        with about("ignore_eos"):
+            if not isinstance(self.ignore_eos, (bool, np.bool_)):
+                raise InvalidType(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        with about("dtype"):
+            name = np.dtype(self.dtype).name if not isinstance(self.dtype, str) else self.dtype
+            if name not in DUMP_DTYPES:
+                raise InvalidInput(f"dtype {name}: use float16 or float32")
+            checked["dtype"] = name
+        with about("costs"):
+            if not (isinstance(self.costs, (bool, CostTable, str, Mapping)) or self.costs is None):
+                raise InvalidType(f"costs must be True (measure), False/None (none), or a cost table (CostTable, "
+                                  f"dict or JSON), got {type(self.costs).__name__}")
+        with about("cost_k"):
+            try:
+                checked["cost_k"] = tuple(positive_int("k", k, MAX_K) for k in self.cost_k)
+            except TypeError:
+                raise InvalidType(f"cost_k must be a sequence of draft lengths, got {type(self.cost_k).__name__}") \
+                    from None
+        with about("cost_repeats"):
+            checked["cost_repeats"] = int_in("cost_repeats", self.cost_repeats, 1, MAX_REPEATS, " (rounds)")
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def cost_config(self) -> CostMeasureConfig | None:
+        """The settings of the cost measurement (``costs=True``), else None; its context is the dump's."""
+        if self.costs is not True:
+            return None
+        return CostMeasureConfig(ks=self.cost_k, repeats=self.cost_repeats, seed=self.seed,
+                                 **self.checked_sampling())
