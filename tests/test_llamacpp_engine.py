@@ -6,8 +6,10 @@ the build is absent).
 The real tests run tiny llama GGUF models written here (:mod:`tiny_gguf`, with gguf-py: the ``gguf`` package, or
 the ``gguf-py`` of llama.cpp's tree next to the build): a float32 target of seeded random weights with a
 SentencePiece vocabulary of ASCII pieces, and a draft that is the target plus seeded noise, so that llama.cpp's
-draft is accepted at some steps and rejected at others.  Each real test starts llama-server a few times on these
-and takes a few seconds; no model is downloaded or cached.
+draft is accepted at some steps and rejected at others.  Others write a draft of another vocabulary (llama-server
+drops it and serves without speculation: refused up front, and by the runner) and a target cut short (llama.cpp
+refuses it while loading).  Each real test starts llama-server a few times on these and takes about a second; no
+model is downloaded or cached.
 """
 from __future__ import annotations
 
@@ -156,6 +158,19 @@ def test_a_server_dying_mid_run_is_an_engine_error(tmp_path):
             srv.complete({"prompt": [1]})
 
 
+def test_a_server_that_drops_its_draft_is_one_line(tmp_path):
+    """llama-server serves without speculation when it refuses its draft; its /slots says so."""
+    exe = _fake(tmp_path, _HTTP.replace('self.reply({"status": "ok"})',
+                                        'self.reply([{"id": 0, "speculative": False}] if self.path == "/slots" '
+                                        'else {"status": "ok"})')
+                .replace("HTTPServer(", "print('E srv load_model: failed to initialize speculative decoding "
+                         "context: x', flush=True)\nHTTPServer("))
+    with pytest.raises(EngineError, match=r"^llamacpp d k=2: llama-server runs without the draft \(E srv load_model"):
+        Server(exe, ["-md", "d.gguf"], name="d k=2").start()
+    with Server(exe, ["-m", "t.gguf"], name="plain") as srv:  # no draft: nothing to drop
+        assert srv.proc is not None
+
+
 def test_the_cli_refuses_llamacpp_flags_elsewhere_and_bad_sampling(tmp_path):
     from typer.testing import CliRunner
 
@@ -284,23 +299,26 @@ def prompts_file(tmp_path):
     return str(p)
 
 
-def _measure(models, prompts, temperature, **kw):
+def _measure(models, prompts, temperature, ks=(3,), **kw):
     from fastspec.engines.llamacpp.measure import measure_llamacpp
     from fastspec.params import SamplingParams
 
-    return measure_llamacpp(models["target"], [f"noisy={models['draft']}"], prompts,
-                            [3], sampling=SamplingParams(temperature, 40 if temperature else 0, 1.0, 0.0),
+    return measure_llamacpp(models["target"], [f"noisy={models['draft']}"], prompts, list(ks),
+                            sampling=SamplingParams(temperature, 40 if temperature else 0, 1.0, 0.0),
                             max_new_tokens=24, seed=3, binary=BIN, threads=1, **kw)
 
 
 @pytest.mark.llamacpp
-def test_real_t0_counters_equal_the_prediction_per_prompt(tiny, prompts_file):
-    res = _measure(tiny, prompts_file, 0.0, p_min=0.5, n_min=2)
-    (row,) = res.rows
-    assert row.exact and row.measured == [[round(a), round(b)] for a, b in row.predicted], row.verdict
-    drafted, accepted = sum(m[0] for m in row.measured), sum(m[1] for m in row.measured)
-    assert row.matches == 2 and 0 < accepted < drafted, row.verdict  # accepted sometimes, rejected sometimes
-    assert row.audit["passed"] and res.plain_audit["passed"]
+@pytest.mark.parametrize("ks, p_min, n_min", [((1, 3), 0.0, 0), ((4,), 0.5, 2)])
+def test_real_t0_counters_equal_the_prediction_per_prompt(tiny, prompts_file, ks, p_min, n_min):
+    res = _measure(tiny, prompts_file, 0.0, ks, p_min=p_min, n_min=n_min)
+    assert [r.k for r in res.rows] == list(ks)
+    for row in res.rows:
+        assert row.exact and row.measured == [[round(a), round(b)] for a, b in row.predicted], row.verdict
+        drafted, accepted = sum(m[0] for m in row.measured), sum(m[1] for m in row.measured)
+        assert row.matches == 2 and 0 < accepted < drafted, row.verdict  # accepted sometimes, rejected sometimes
+        assert row.audit["passed"], row.verdict
+    assert res.plain_audit["passed"]
 
 
 @pytest.mark.llamacpp
@@ -320,15 +338,20 @@ def test_real_flags_llamacpp_lacks_are_one_line(tiny):
 
 
 @pytest.mark.llamacpp
-def test_real_llamacpp_refuses_the_vocabularies_fastspec_refuses(tiny, tmp_path):
-    """The header rule agrees with llama.cpp: the draft fastspec refuses stops llama-server while loading, the
-    one it lets through (20 more tokens) starts."""
+def test_real_llamacpp_drops_the_drafts_fastspec_refuses(tiny, tmp_path):
+    """The header rule is llama.cpp's: llama-server given the draft fastspec refuses (200 tokens more) logs an error
+    and serves without speculation, which the runner refuses in one line; a target with 20 tokens more than the
+    draft passes both, and llama.cpp drafts with it."""
     other = write_llama(tmp_path / "o.gguf", seed=TINY_SEED, extra_words=200)
-    with pytest.raises(EngineError, match="while loading"):
+    with pytest.raises(EngineError, match=r"^llamacpp other: llama-server runs without the draft \(srv +load_model: "
+                       r"failed to initialize speculative decoding context"):
         Server(find_binary(BIN), server_args(tiny["target"], draft=other), name="other").start()
-    near = write_llama(tmp_path / "n.gguf", seed=TINY_SEED, noise=TINY_NOISE, extra_words=20)
-    with Server(find_binary(BIN), server_args(tiny["target"], draft=near), name="near") as srv:
-        assert srv.proc is not None and srv.proc.poll() is None
+    bigger = write_llama(tmp_path / "b.gguf", seed=TINY_SEED, extra_words=20)
+    assert vocabulary_mismatch(read_tokenizer(bigger), read_tokenizer(tiny["draft"])) is None
+    with Server(find_binary(BIN), server_args(bigger, draft=tiny["draft"]), name="bigger") as srv:
+        ans = srv.complete({"prompt": [1, 300, 301], "n_predict": 12, "ignore_eos": True, "temperature": 0.0,
+                            "return_tokens": True})
+    assert ans["timings"]["draft_n"] > 0
 
 
 @pytest.mark.llamacpp
@@ -337,7 +360,8 @@ def test_real_a_gguf_llamacpp_refuses_is_one_line_exit_1(tiny, tmp_path, prompts
     cut = _truncate(tiny["target"], tmp_path / "cut.gguf", os.path.getsize(tiny["target"]) // 2)
     line = _error_line(_cli(["--target", cut, "--draft", f"d={tiny['draft']}", "--prompts", prompts_file,
                              "--llamacpp-bin", BIN]), 1)
-    assert "llamacpp plain: llama-server exited with status 1 while loading" in line, line
+    assert "llamacpp plain: llama-server exited with status 1 while loading (llama_model_load: error loading " \
+        "model: tensor 'blk." in line and "not within the file bounds" in line, line
 
 
 def test_the_rollout_drafts_eos_where_the_draft_argmax_is_banned():
