@@ -332,9 +332,12 @@ def test_real_sampled_output_passes_the_audit(tiny, prompts_file, method):
 
 @pytest.mark.llamacpp
 def test_real_flags_llamacpp_lacks_are_one_line(tiny):
-    args = server_args(tiny["target"], extra=["--no-such-flag"])
-    with pytest.raises(EngineError, match="exited with status .* while loading"):
-        Server(find_binary(BIN), args, name="plain").start()
+    srv = Server(find_binary(BIN), server_args(tiny["target"], extra=["--no-such-flag"]), name="plain")
+    try:
+        with pytest.raises(EngineError, match="exited with status .* while loading"):
+            srv.start()
+    finally:  # a server that started after all is not left running
+        srv.stop()
 
 
 @pytest.mark.llamacpp
@@ -343,9 +346,13 @@ def test_real_llamacpp_drops_the_drafts_fastspec_refuses(tiny, tmp_path):
     and serves without speculation, which the runner refuses in one line; a target with 20 tokens more than the
     draft passes both, and llama.cpp drafts with it."""
     other = write_llama(tmp_path / "o.gguf", seed=TINY_SEED, extra_words=200)
-    with pytest.raises(EngineError, match=r"^llamacpp other: llama-server runs without the draft \(srv +load_model: "
-                       r"failed to initialize speculative decoding context"):
-        Server(find_binary(BIN), server_args(tiny["target"], draft=other), name="other").start()
+    srv = Server(find_binary(BIN), server_args(tiny["target"], draft=other), name="other")
+    try:
+        with pytest.raises(EngineError, match=r"^llamacpp other: llama-server runs without the draft \(srv +"
+                           r"load_model: failed to initialize speculative decoding context"):
+            srv.start()
+    finally:
+        srv.stop()
     bigger = write_llama(tmp_path / "b.gguf", seed=TINY_SEED, extra_words=20)
     assert vocabulary_mismatch(read_tokenizer(bigger), read_tokenizer(tiny["draft"])) is None
     with Server(find_binary(BIN), server_args(bigger, draft=tiny["draft"]), name="bigger") as srv:
