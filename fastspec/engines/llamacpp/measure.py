@@ -30,6 +30,8 @@ For one target GGUF, drafts (GGUF files), ks and prompts (:func:`measure_llamacp
    target: greedy at T = 0; at T > 0 with the target's processed distribution (``top_k`` candidates, which is
    why T > 0 needs ``top_k`` between 1 and 40, ``top_p = 1`` and ``min_p = 0``).
 
+A draft whose vocabulary llama.cpp refuses for the target (its own rule, read from the GGUF headers:
+:mod:`~fastspec.engines.llamacpp.gguf_header`) is bad input, refused before any server starts.
 Bad input raises :class:`~fastspec.errors.InvalidInput` with ``exc.argument`` (``"target"``, ``"drafts"``,
 ``"prompts"``, ``"sampling"``, ``"draft_sample_method"``, ``"p_min"``, ``"n_min"``); llama.cpp failing is
 :class:`~fastspec.engines.errors.EngineError`.  Nothing here imports torch.
@@ -49,10 +51,11 @@ from ..conventions import Counters, expected_counters
 from .conventions import DRAFT_SAMPLING, DRAFT_TOP_K, LLAMACPP, draft_cap, draft_length, processed_top, \
     step_accept, top_probability
 from ..errors import EngineError
+from .gguf_header import read_tokenizer, vocabulary_mismatch
 from .runner import Server, find_binary, server_args
 
-__all__ = ["LlamaDraft", "RowResult", "LlamaCppComparison", "TeacherForcing", "check_drafts", "read_prompt_lines",
-           "predict_greedy", "measure_llamacpp", "NEAR_TIE"]
+__all__ = ["LlamaDraft", "RowResult", "LlamaCppComparison", "TeacherForcing", "check_drafts", "check_vocabularies",
+           "read_prompt_lines", "predict_greedy", "measure_llamacpp", "NEAR_TIE"]
 
 #: a logit gap (nats) below which two candidates are a near tie
 NEAR_TIE = 1e-3
@@ -80,6 +83,24 @@ def _check_gguf(argument: str, what: str, path: str) -> None:
     if magic != b"GGUF":
         raise _bad(argument, f"{what} {path}: not a GGUF file (llama.cpp runs GGUF models; convert with llama.cpp's "
                    "convert_hf_to_gguf.py)")
+
+
+def check_vocabularies(target: str, drafts: Sequence[LlamaDraft]) -> None:
+    """Refuse, before any server starts, a draft whose vocabulary llama.cpp does not speculate with for ``target``
+    (:func:`~fastspec.engines.llamacpp.gguf_header.vocabulary_mismatch`, llama.cpp's own rule), and a GGUF whose
+    header cannot be read; InvalidInput, ``argument="drafts"`` (or ``"target"``)."""
+    try:
+        want = read_tokenizer(target)
+    except (OSError, ValueError) as exc:
+        raise _bad("target", f"target {target}: not a readable GGUF file ({exc})") from None
+    for d in drafts:
+        try:
+            why = vocabulary_mismatch(want, read_tokenizer(d.path))
+        except (OSError, ValueError) as exc:
+            raise _bad("drafts", f"draft {d.name}={d.path}: not a readable GGUF file ({exc})") from None
+        if why is not None:
+            raise _bad("drafts", f"draft {d.name}={d.path}: its vocabulary is not the target's ({why}); llama.cpp "
+                       "speculates only with a draft of the target's vocabulary")
 
 
 def check_drafts(specs: Sequence[str]) -> list:
@@ -319,6 +340,7 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
     lines = read_prompt_lines(prompts)[:max_prompts]
     if not lines:
         raise _bad("prompts", f"prompts {prompts}: no prompt in it")
+    check_vocabularies(target, parsed)
     ks = sorted({int(k) for k in ks})
     exe = find_binary(binary)
     budget = int(max_new_tokens)

@@ -8,8 +8,9 @@ exit (also when the caller fails).  :meth:`Server.complete` posts one ``/complet
 ids out, ``cache_prompt``) and returns llama.cpp's answer.
 
 Every failure is :class:`~fastspec.engines.errors.EngineError` with one line: a missing binary, a server that exits
-while loading (with its last log line: a GGUF llama.cpp refuses, a draft whose vocabulary is not the target's, a
-flag it does not have), one that dies or stops answering mid-run, an answer without ``timings``.  Only the standard
+while loading (with its last log line: a GGUF llama.cpp refuses, a flag it does not have), one that drops its
+``-md`` draft (a draft whose vocabulary llama.cpp refuses: it logs the error and serves without speculation), one
+that dies or stops answering mid-run, an answer without ``timings``.  Only the standard
 library is used (``http.client``); nothing is written to disk.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -32,6 +34,10 @@ __all__ = ["DEFAULT_BIN", "BUILD_HINT", "find_binary", "free_port", "Server", "s
 DEFAULT_BIN = os.path.join(os.path.expanduser("~"), ".cache", "fastspec", "llama.cpp-11434", "bin")
 BUILD_HINT = ("build it with scripts/llamacpp_build.sh and set FASTSPEC_LLAMACPP_BIN to the directory it prints "
               "(or pass --llamacpp-bin)")
+
+
+#: what llama-server logs when it drops its draft and serves without speculation (server-context.cpp, load_model)
+_NO_SPECULATION = "failed to initialize speculative decoding context"
 
 
 def find_binary(binary: str | None = None, tool: str = "llama-server") -> str:
@@ -65,7 +71,12 @@ def server_args(target: str, *, draft: str | None = None, k: int = 3, n_min: int
     return args + list(extra)
 
 
+#: the time and level llama.cpp's log puts before each line ("0.00.004.898 E ")
+_STAMP = re.compile(r"^\d+(\.\d+)+ [A-Z] ")
+
+
 def _last_line(path: str) -> str:
+    """The log line that says why llama-server failed: the model loader's reason, else the last error line."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -73,8 +84,10 @@ def _last_line(path: str) -> str:
             lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     except OSError:
         return "no log"
+    lines = [_STAMP.sub("", ln) for ln in lines]
     errors = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower() or "invalid" in ln.lower()]
-    return ((errors or lines or ["no log"])[-1])[:300]
+    causes = [ln for ln in errors if "error loading model:" in ln]  # the loader's reason, not the exit that follows
+    return ((causes or errors or lines or ["no log"])[-1])[:300]
 
 
 class Server:
@@ -123,6 +136,7 @@ class Server:
             try:
                 status, _ = self._request("GET", "/health", None, timeout=5.0)
                 if status == 200:
+                    self._check_speculation()
                     return
             except (OSError, http.client.HTTPException, ValueError):
                 pass
@@ -131,6 +145,25 @@ class Server:
                 self.stop()
                 raise err
             time.sleep(0.1)
+
+    def _check_speculation(self) -> None:
+        """llama-server that cannot speculate with its ``-md`` draft (a vocabulary it refuses) logs an error and
+        serves without speculation: refused here, so no run is measured without its draft.  Read from ``/slots``
+        (each slot's ``speculative``), else from the log."""
+        if "-md" not in self.args:
+            return
+        try:
+            status, slots = self._request("GET", "/slots", None, timeout=30.0)
+            dropped = not any(bool(s.get("speculative")) for s in slots) if status == 200 else None
+        except (OSError, http.client.HTTPException, ValueError, TypeError, AttributeError):
+            dropped = None
+        if dropped is None and self._log is not None:
+            with open(self._log.name, "rb") as f:
+                dropped = _NO_SPECULATION in f.read().decode("utf-8", "replace")
+        if dropped:
+            err = self._fail("llama-server runs without the draft")
+            self.stop()
+            raise err
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
