@@ -722,6 +722,7 @@ def test_prompts_tokenized_with_tokenizer(fakes, tmp_path):
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.hf
+@pytest.mark.usefixtures("vllm_in_process")  # tokens and counters, not timings
 def test_real_vllm_server_dump_agrees_with_fastspec_dump(vllm_python, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

@@ -58,6 +58,7 @@ def models(tmp_path_factory):
     return target, draft
 
 
+@pytest.mark.usefixtures("vllm_in_process")  # tokens and counters, not timings
 def test_vllm_counters_equal_the_exact_prediction_at_temperature_0(vllm_python, models):
     from fastspec.engines.vllm.compare import EngineDraft, compare_vllm
     from fastspec.hf.audit import audit_model_output

@@ -25,6 +25,15 @@ def vllm_python():
     return make()
 
 
+@pytest.fixture
+def vllm_in_process(monkeypatch):
+    """vLLM's engine core in the engine's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) for the tests that check
+    tokens and counters, never timings: the same scheduler and model runner, without the second process that
+    imports vLLM again and polls its client.  On a 2-core machine that halves the real tests' wall time (measured:
+    test_vllm_real 159 -> 67 s, the server-dump test 73 -> 41 s).  Tests of timings keep the default."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
 def make() -> str:
     """vLLM's Python, its environment made first when missing (under a lock: one maker at a time, whether the
     test workers of a distributed run or ``spread``'s background maker)."""
