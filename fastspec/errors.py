@@ -103,13 +103,16 @@ def positive_int(name: str, value, upper: int | None = None) -> int:
 
 @contextmanager
 def about(*names):
-    """Tag a typed error raised inside with the argument(s) at fault, ``exc.arguments`` (unless an inner check tagged
-    it already), and let it go on: a front end speaks of its own names for them (the command line: its flags)."""
+    """Tag a typed error raised inside with the argument(s) at fault, ``exc.arguments`` (and, for one name,
+    ``exc.argument``), unless an inner check tagged it already (the first tag wins), and let it go on: a front end
+    speaks of its own names for them (the command line: its flags)."""
     try:
         yield
     except (InvalidInput, InvalidType) as exc:
         if getattr(exc, "arguments", None) is None:
             exc.arguments = names
+        if len(names) == 1 and getattr(exc, "argument", None) is None:
+            exc.argument = names[0]
         raise
 
 

@@ -23,7 +23,7 @@ from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 import torch
 
 from ..costs import CostTable
-from ..errors import InvalidInput, InvalidType
+from ..errors import about
 from ..ngram import NgramProposer
 from ..params import SamplingParams
 from .args import check_generation_positions, positive_int
@@ -46,17 +46,6 @@ Progress = Callable[[str, int, int], ContextManager[Callable[..., None]]]
 @contextlib.contextmanager
 def _quiet(_stage: str, _total: int, _every: int) -> Iterator[Callable[..., None]]:
     yield lambda _n=1: None
-
-
-@contextlib.contextmanager
-def _about(argument: str) -> Iterator[None]:
-    """Tag the library's InvalidInput / InvalidType raised inside with ``argument`` (the first tag wins)."""
-    try:
-        yield
-    except (InvalidInput, InvalidType) as exc:
-        if getattr(exc, "argument", None) is None:
-            exc.argument = argument
-        raise
 
 
 @dataclass
@@ -132,7 +121,7 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
     models = {n: m for n, m in loaded.items() if not isinstance(m, NgramProposer)}
     ngrams = {n: m for n, m in loaded.items() if isinstance(m, NgramProposer)}
     ids = read_prompts(prompts, tok)[:max_prompts]
-    with _about("max_new_tokens"):  # before any generation
+    with about("max_new_tokens"):  # before any generation
         check_generation_positions({"the target": tmodel, **{f"draft {n}": m for n, m in loaded.items()}}, ids,
                                    max_new_tokens)
         if table is None:  # the cost measurement's context (median prompt + N // 2) + the largest k + 1
@@ -179,7 +168,7 @@ def _prediction(dump, save_dump, tmodel, tok, models, ngrams, ids, ks, params, t
                 dump_logits(path, tmodel, models, ids, max_new_tokens=max_new_tokens, **params.as_dict(),
                             top_k_save=top_k_save, seed=seed, eos_token_id=eos_ids(tmodel, tok),
                             ignore_eos=ignore_eos, costs=False, progress=advance)
-        with _about("dump"):
+        with about("dump"):
             return predict(path, list(models), ks, **params.as_dict(), trials=trials, seed=seed, ngram=ngrams,
                            costs=table, policies=policies)
     finally:
