@@ -5,6 +5,7 @@ starts and stops the server itself and speaks HTTP to it):
   cited from its source, and the draft-length rule (``n_max``, ``p_min``, ``n_min``, the token budget);
 * :mod:`~fastspec.engines.llamacpp.runner` -- ``llama-server`` on a free loopback port (:class:`Server`);
 * :mod:`~fastspec.engines.llamacpp.measure` -- what ``fastspec measure --engine llamacpp`` runs: llama.cpp's
-  counters per prompt against fastspec's prediction, teacher forcing by llama.cpp itself, and the output audit;
+  counters per prompt against fastspec's prediction, teacher forcing by llama.cpp itself, and the output audit; a
+  model draft's steps at T = 0 and their cost (``greedy_steps``, ``model_draft_time``);
 * :mod:`~fastspec.engines.llamacpp.ngram` -- the ``ngram-simple`` speculator and its T = 0 counters from a record.
 """
