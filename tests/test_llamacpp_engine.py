@@ -25,7 +25,7 @@ from fastspec.engines.errors import EngineError
 from fastspec.engines.llamacpp.gguf_header import read_tokenizer, vocabulary_mismatch
 from fastspec.engines.llamacpp.conventions import (LLAMACPP, draft_cap, draft_length, processed_top, step_accept,
                                                    top_probability)
-from fastspec.engines.llamacpp.measure import predict_greedy
+from fastspec.engines.llamacpp.measure import ModelDraftSteps, greedy_steps, model_draft_time, predict_greedy
 from fastspec.engines.llamacpp.runner import Server, find_binary, server_args
 from fastspec.errors import InvalidInput
 from tiny_gguf import import_gguf, vocabulary, write_llama
@@ -62,26 +62,32 @@ def test_the_top_probability_is_renormalized_over_the_top_ten():
 
 
 def _simulate_llamacpp(prompt, record, budget, k, rollout, p_min, n_min):
-    """llama.cpp's server loop at T = 0, written out step by step (server-context.cpp)."""
-    n_gen, drafted, accepted = 1, 0, 0  # the first token comes from the prompt's forward
+    """llama.cpp's server loop at T = 0, written out step by step (server-context.cpp), with draft() of
+    common/speculative.cpp counting the draft's forwards: id_last first, then each drafted token unless it ends the
+    draft at the cap."""
+    n_gen, steps, forwards = 1, [], []  # the first token comes from the prompt's forward
     while n_gen < budget:
         cap = min(k, budget - n_gen - 1)
-        draft = []
+        draft, fwd = [], 0
         if cap > 0:
             toks, tops = rollout(list(prompt) + list(record[:n_gen]), cap)
+            fwd = 1  # batch.add(dp.id_last, ...); llama_process
             for j in range(cap):
                 if tops[j] < p_min:
                     break
                 draft.append(toks[j])
+                if len(draft) == cap:
+                    break
+                fwd += 1  # batch.add(id, ...); llama_process
             if len(draft) < n_min:
                 draft = []
-        drafted += len(draft)
         n_acc = 0
         while n_acc < len(draft) and draft[n_acc] == record[n_gen + n_acc]:
             n_acc += 1
-        accepted += n_acc
+        steps.append((len(draft), n_acc))
+        forwards.append(fwd)
         n_gen += n_acc + 1
-    return drafted, accepted
+    return steps, forwards
 
 
 @pytest.mark.parametrize("k, p_min, n_min", [(1, 0.0, 0), (3, 0.0, 0), (4, 0.3, 0), (4, 0.3, 2), (5, 0.0, 3)])
@@ -99,9 +105,28 @@ def test_the_prediction_replays_llamacpps_loop_exactly(k, p_min, n_min):
         return toks, tops
 
     c = predict_greedy(prompt, record, budget, k, rollout, p_min=p_min, n_min=n_min)
-    assert (c.num_draft_tokens, c.num_accepted_tokens) == _simulate_llamacpp(prompt, record, budget, k, rollout,
-                                                                             p_min, n_min)
+    steps, forwards = _simulate_llamacpp(prompt, record, budget, k, rollout, p_min, n_min)
+    assert (c.num_draft_tokens, c.num_accepted_tokens) == (sum(d for d, _ in steps), sum(a for _, a in steps))
     assert min(asked) == len(prompt) + 1  # the first step starts after the prompt's own token
+    got = greedy_steps(prompt, record, budget, k, rollout, p_min=p_min, n_min=n_min)
+    assert list(got.steps) == steps and list(got.draft_forwards) == forwards
+    assert (got.draft_n, got.draft_n_accepted) == (c.num_draft_tokens, c.num_accepted_tokens)
+    assert got.tokens == budget
+    if p_min == 0:  # rejections and fully accepted drafts are both exercised
+        assert any(a < d for d, a in steps) and any(0 < a == d for d, a in steps)
+    extra = [f - d for (d, _), f in zip(steps, forwards, strict=True)]
+    if p_min > 0:  # a p_min stop decodes one token more than it drafts
+        assert max(extra) >= 1
+    elif n_min == 0:  # every draft reaches the cap: as many forwards as tokens
+        assert set(extra) == {0}
+
+
+def test_a_model_draft_step_costs_its_draft_forwards_and_both_models_on_the_verified_batch():
+    steps = ModelDraftSteps(((3, 1), (2, 2), (0, 0)), (3, 3, 0))  # cap 3; p_min stopped the second at 2
+    t = model_draft_time(steps, lambda n: 10.0 * n, lambda n: 1.0 + 0.1 * n, lambda d: 0.5 * (d + 1))
+    # draft forwards (3 + 3) x draft(1); target(4) + draft(4), target(3) + draft(3), target(1) + draft(1); overheads
+    assert t == pytest.approx(6 * 1.1 + (40 + 1.4) + (30 + 1.3) + (10 + 1.1) + (2.0 + 1.5 + 0.5))
+    assert model_draft_time(steps, lambda _n: 0.0, lambda _n: 0.0, 0.25) == pytest.approx(0.75)
 
 
 # ------------------------------------------------------------------ the runner's faults (fake binaries, fast)

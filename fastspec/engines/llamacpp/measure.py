@@ -48,6 +48,7 @@ import numpy as np
 from ...errors import InvalidInput
 from ...params import SamplingParams
 from ..conventions import Counters, expected_counters
+from .ngram import NgramSimpleSteps, ngram_simple_time
 from .conventions import DRAFT_SAMPLING, DRAFT_TOP_K, LLAMACPP, draft_cap, draft_length, processed_top, \
     step_accept, top_probability
 from ..errors import EngineError
@@ -55,7 +56,8 @@ from .gguf_header import read_tokenizer, vocabulary_mismatch
 from .runner import Server, find_binary, server_args
 
 __all__ = ["LlamaDraft", "RowResult", "LlamaCppComparison", "TeacherForcing", "check_drafts", "check_vocabularies",
-           "read_prompt_lines", "predict_greedy", "measure_llamacpp", "NEAR_TIE"]
+           "read_prompt_lines", "predict_greedy", "ModelDraftSteps", "greedy_steps", "model_draft_time",
+           "measure_llamacpp", "NEAR_TIE"]
 
 #: a logit gap (nats) below which two candidates are a near tie
 NEAR_TIE = 1e-3
@@ -229,6 +231,56 @@ def predict_greedy(prompt: Sequence[int], record: Sequence[int], budget: int, k:
         d = draft_length(tops, cap, p_min=p_min, n_min=n_min)
         return step_accept(toks[:d], record, s)
     return expected_counters(accept, budget, k, first_step=LLAMACPP.first_step)
+
+
+@dataclass(frozen=True)
+class ModelDraftSteps(NgramSimpleSteps):
+    """The verify steps of one request with a model draft: ``steps[i] = (drafted, accepted)`` as for the n-gram
+    speculator, and ``draft_forwards[i]``, the draft's single-token forwards in ``draft()`` at that step."""
+
+    draft_forwards: tuple[int, ...] = ()
+
+
+def greedy_steps(prompt: Sequence[int], record: Sequence[int], budget: int, k: int, rollout: Callable, *,
+                 p_min: float = 0.0, n_min: int = 0) -> ModelDraftSteps:
+    """T = 0: llama.cpp's steps along the greedy ``record`` (``budget`` tokens; ``rollout`` as for
+    :func:`predict_greedy`, whose counters these steps sum to).  A step starting at ``s`` drafts ``g`` tokens
+    (``draft_length`` without ``n_min``) up to ``draft_cap(s, budget, k)``; ``n_min`` drops a short draft after it
+    was made.  ``common_speculative_impl_draft_simple::draft`` (``common/speculative.cpp``) decodes the last
+    sampled token, then each drafted token but the one that reaches the cap: ``g`` forwards when the draft stops
+    at the cap, ``g + 1`` when ``p_min`` stops it; none when the cap is 0 (``get_n_draft_max``: no draft)."""
+    steps, forwards = [], []
+    s = LLAMACPP.first_step
+    while s < budget:
+        cap = draft_cap(s, budget, k)
+        if cap == 0:
+            steps.append((0, 0))
+            forwards.append(0)
+            s += 1
+            continue
+        toks, tops = rollout(list(prompt) + list(record[:s]), cap)
+        g = draft_length(tops, cap, p_min=p_min)
+        d = g if g >= n_min else 0
+        ok = step_accept(toks[:d], record, s)
+        a = int(np.argmin(ok)) if d and not ok.all() else d
+        steps.append((d, a))
+        forwards.append(g if g == cap else g + 1)
+        s += a + 1
+    return ModelDraftSteps(tuple(steps), tuple(forwards))
+
+
+def model_draft_time(steps: ModelDraftSteps, target_s: Callable[[int], float], draft_s: Callable[[int], float],
+                     overhead_s: Callable[[int], float] | float = 0.0) -> float:
+    """Seconds of the generation after the first token with a model draft, from forward times over n new tokens
+    (``target_s(n)``, ``draft_s(n)``).  A step that drafted ``d`` tokens costs ``draft_forwards`` single-token
+    draft forwards (:func:`greedy_steps`), the target's forward over ``d + 1`` tokens, and the draft's forward over
+    the same ``d + 1`` tokens: ``tools/server/server-context.cpp`` (``update_slots``) removes the drafted positions
+    from the draft's cache (``llama_memory_seq_rm`` from ``ckpt.pos_max + 1``) and, after the target's decode,
+    ``common_speculative_process`` re-evaluates the target's batch on the draft
+    (``common_speculative_impl_draft_simple::process``; "TAG_SPEC_AVOID_DRAFT_REEVAL").  A step without a draft is
+    one token on both models.  Plus ``overhead_s(d)`` (callable) or ``overhead_s`` per step."""
+    return ngram_simple_time(steps, lambda n: target_s(n) + draft_s(n), overhead_s) + \
+        draft_s(1) * sum(steps.draft_forwards)
 
 
 @dataclass
