@@ -43,7 +43,8 @@ def _render(res) -> None:
         md, ma = sum(m[0] for m in r.measured), sum(m[1] for m in r.measured)
         pd_, pa = sum(q[0] for q in r.predicted), sum(q[1] for q in r.predicted)
         audit = "-" if r.audit is None else ("passed" if r.audit.get("passed") else "FAILED")
-        t.add_row(r.draft + ("" if r.draft_sampling == "greedy" else f" ({r.draft_sampling})"), str(r.k),
+        t.add_row(r.draft + ("" if r.draft_sampling in ("greedy", "ngram-simple") else f" ({r.draft_sampling})"),
+                  str(r.k),
                   f"{md} / {pd_:.1f}", f"{ma} / {pa:.1f}",
                   f"{r.matches}/{len(r.measured)}" if r.exact else "- (T > 0)",
                   f"{len(r.flips)}+{r.near_ties}" if r.exact else "-",
@@ -61,6 +62,10 @@ def _render(res) -> None:
               "its argmax is not the token; speed-up: llama.cpp's decoding tokens/s over its plain decoding (one "
               "run each, not interleaved); audit: the tokens against the target's processed distribution "
               "(fastspec.audit)")
+    if any(r.draft_sampling == "ngram-simple" for r in res.rows):
+        out.print("ngram-simple rows: llama.cpp's n-gram lookup replayed token by token "
+                  "(fastspec.engines.llamacpp.ngram), from the plain output at T = 0 (a prediction) and along the "
+                  "run's own output at T > 0 (its drafts are a function of the tokens: exact there too)")
     for r in res.rows:
         out.print(r.verdict)
     for w in res.warnings:

@@ -23,7 +23,9 @@ DRAFT_HELP = ("NAME=MODEL (repeatable); MODEL: directory, .gguf file, exitL (the
               "n-gram prompt-lookup draft: ngram (n-grams of 1 to 3 tokens) or ngramMIN-MAX (also ngram:MIN-MAX), "
               "fastspec's rule (latest occurrence); ngram.vllm / ngram.vllmN / ngram.vllmMIN-MAX (vLLM's rule: "
               "earliest occurrence, n 5-5 by default); ngram.hf / ngram.hfMAX (Hugging Face prompt lookup: earliest, "
-              "n 1-2 by default); a bare one is named by its rule and bounds (ngram.vllm5-5).")
+              "n 1-2 by default); a bare one is named by its rule and bounds (ngram.vllm5-5).  With --engine llamacpp: "
+              "NAME=DRAFT.gguf, or ngram-simple / ngram-simple:N (llama.cpp's n-gram speculator, lookup n-grams of "
+              "N tokens, default 12, drafts of at most k).")
 
 
 def _fmt_ci(d: Optional[dict], digits: int = 2) -> str:

@@ -423,3 +423,33 @@ def test_the_rollout_drafts_eos_where_the_draft_argmax_is_banned():
     assert toks == [5, EOS, 7, 8] and len(tops) == 4 and tf.eos_divergences == 1
     assert tf.calls == [((1, 1), 4), ((1, 1, 5, EOS), 2)]
     assert tops[0] == pytest.approx(1 / (1 + np.exp(-2.4)))
+
+
+@pytest.mark.llamacpp
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_real_ngram_simple_counters_replayed_exactly_and_audited(tiny, prompts_file, temperature):
+    """llama.cpp's ngram-simple speculator: its counters replayed per prompt (at T = 0 from the plain record, at T = 1
+    along the run's own output) equal llama-server's, and its sampled output passes the audit at T = 1."""
+    from fastspec.engines.llamacpp.measure import measure_llamacpp
+    from fastspec.params import SamplingParams
+
+    res = measure_llamacpp(tiny["target"], ["ngram-simple:1"], prompts_file, [3],
+                           sampling=SamplingParams(temperature, 40 if temperature else 0, 1.0, 0.0),
+                           max_new_tokens=96, seed=3, binary=BIN, threads=1)
+    (row,) = res.rows
+    assert row.draft == "ngram-simple-1" and row.exact and not row.flips, row.verdict
+    assert row.measured == row.predicted and row.matches == 2, row.verdict
+    assert sum(m[0] for m in row.measured) > 0  # it drafts
+    if temperature == 0:
+        assert sum(m[1] for m in row.measured) > 0, row.verdict  # and a draft is accepted
+    assert row.audit["passed"] and row.audit["mode"] == ("greedy" if temperature == 0 else "sampling"), row.audit
+
+
+def test_ngram_simple_specs_are_parsed_and_others_refused():
+    from fastspec.engines.llamacpp.measure import check_drafts
+
+    assert [(d.name, d.path, d.ngram_n) for d in check_drafts(["ngram-simple", "ng=ngram-simple:3"])] == \
+        [("ngram-simple-12", "", 12), ("ng", "", 3)]
+    for bad in ("ngram-simple:0", "ngram-simple:x", "ngram-map-k", "ngram.vllm"):
+        with pytest.raises(InvalidInput, match="ngram-simple or ngram-simple:N"):
+            check_drafts([bad])

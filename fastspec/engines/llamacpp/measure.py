@@ -48,7 +48,7 @@ import numpy as np
 from ...errors import InvalidInput
 from ...params import SamplingParams
 from ..conventions import Counters, expected_counters
-from .ngram import NgramSimpleSteps, ngram_simple_time
+from .ngram import DEFAULT_SIZE_N, NgramSimple, NgramSimpleSteps, ngram_simple_counters, ngram_simple_time
 from .conventions import DRAFT_SAMPLING, DRAFT_TOP_K, LLAMACPP, draft_cap, draft_length, processed_top, \
     step_accept, top_probability
 from ..errors import EngineError
@@ -74,7 +74,8 @@ def _bad(argument: str, message: str) -> InvalidInput:
 @dataclass(frozen=True)
 class LlamaDraft:
     name: str
-    path: str
+    path: str                 # the GGUF draft model; "" for llama.cpp's ngram-simple speculator
+    ngram_n: int | None = None  # ngram-simple's --spec-ngram-simple-size-n (its size_m is the k measured)
 
 
 def _check_gguf(argument: str, what: str, path: str) -> None:
@@ -96,6 +97,8 @@ def check_vocabularies(target: str, drafts: Sequence[LlamaDraft]) -> None:
     except (OSError, ValueError) as exc:
         raise _bad("target", f"target {target}: not a readable GGUF file ({exc})") from None
     for d in drafts:
+        if d.ngram_n is not None:  # drafts from the target's own tokens
+            continue
         try:
             why = vocabulary_mismatch(want, read_tokenizer(d.path))
         except (OSError, ValueError) as exc:
@@ -106,18 +109,25 @@ def check_vocabularies(target: str, drafts: Sequence[LlamaDraft]) -> None:
 
 
 def check_drafts(specs: Sequence[str]) -> list:
-    """``[NAME=]FILE.gguf`` drafts (NAME defaults to the file's stem); InvalidInput, ``argument="drafts"``."""
+    """``[NAME=]FILE.gguf`` drafts (NAME defaults to the file's stem) and ``[NAME=]ngram-simple[:N]`` (llama.cpp's
+    ngram-simple speculator with lookup n-grams of N tokens, default 12, and drafts of at most k tokens; NAME
+    defaults to ``ngram-simple-N``); InvalidInput, ``argument="drafts"``."""
     out, seen = [], set()
     for raw in specs:
         name, _, path = raw.partition("=") if "=" in raw else ("", "", raw)
         if path.startswith("ngram"):
-            raise _bad("drafts", f"draft {raw}: llama.cpp's n-gram speculators are not measured by fastspec yet; "
-                       "give a GGUF draft model")
-        try:
-            _check_gguf("drafts", f"draft {raw}:", path)
-        except InvalidInput as exc:
-            raise _bad("drafts", str(exc).replace(": ", " ", 1)) from None
-        d = LlamaDraft(name or os.path.splitext(os.path.basename(path))[0], os.path.abspath(path))
+            head, _, n = path.partition(":")
+            if head != "ngram-simple" or (n and not (n.isdigit() and 1 <= int(n) <= 1024)):
+                raise _bad("drafts", f"draft {raw}: of llama.cpp's n-gram speculators fastspec measures "
+                           "ngram-simple: give ngram-simple or ngram-simple:N (N in 1..1024, the lookup n-gram)")
+            size_n = int(n) if n else DEFAULT_SIZE_N
+            d = LlamaDraft(name or f"ngram-simple-{size_n}", "", size_n)
+        else:
+            try:
+                _check_gguf("drafts", f"draft {raw}:", path)
+            except InvalidInput as exc:
+                raise _bad("drafts", str(exc).replace(": ", " ", 1)) from None
+            d = LlamaDraft(name or os.path.splitext(os.path.basename(path))[0], os.path.abspath(path))
         if d.name in seen:
             raise _bad("drafts", f"draft {raw}: the name {d.name} is given twice")
         seen.add(d.name)
@@ -418,9 +428,14 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
     runs = {}
     for d in parsed:
         for k in ks:
-            say(f"llamacpp: {d.name} k = {k} ({method} drafts)")
-            args = server_args(target, draft=d.path, k=k, n_min=n_min, p_min=float(p_min), draft_sampling=method,
-                               threads=threads, ctx=ctx)
+            if d.ngram_n is not None:
+                say(f"llamacpp: {d.name} k = {k}")
+                args = server_args(target, threads=threads, ctx=ctx,
+                                   extra=NgramSimple(d.ngram_n, k).server_args())
+            else:
+                say(f"llamacpp: {d.name} k = {k} ({method} drafts)")
+                args = server_args(target, draft=d.path, k=k, n_min=n_min, p_min=float(p_min),
+                                   draft_sampling=method, threads=threads, ctx=ctx)
             with Server(exe, args, name=f"{d.name} k={k}") as srv:
                 runs[(d.name, k)] = [srv.complete(_request(p, budget, sampling, seed + i)) for i, p in enumerate(ids)]
 
@@ -430,6 +445,11 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
         tf_target = TeacherForcing(tsrv)
         plain_audit = _audit(sampling, seed, tf_target, ids, plain_out, vocab) if audit else None
         for d in parsed:
+            if d.ngram_n is not None:
+                rows += [_ngram_row(d, k, runs[(d.name, k)], ids, plain_out, budget, ctx, greedy, plain_tps,
+                                    lambda outs: _audit(sampling, seed, tf_target, ids, outs, vocab) if audit
+                                    else None) for k in ks]
+                continue
             with Server(exe, server_args(d.path, threads=threads, ctx=ctx), name=f"teacher {d.name}") as dsrv:
                 tf_draft = TeacherForcing(dsrv)
                 for k in ks:
@@ -474,6 +494,31 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
         (" and every output passes the audit." if audit else "."))
     return LlamaCppComparison("llamacpp", os.path.abspath(target), sampling.as_dict(), budget, len(ids), threads,
                               float(p_min), int(n_min), plain_tps, rows, plain_audit, warnings, verdict)
+
+
+def _ngram_row(d: LlamaDraft, k: int, answers, ids, plain_out, budget: int, ctx: int, greedy: bool,
+               plain_tps: float, audit: Callable) -> RowResult:
+    """The row of llama.cpp's ngram-simple speculator (size_n ``d.ngram_n``, size_m ``k``).  Its draft is a function
+    of the tokens so far, and a drafted token is accepted when it is the token generated: its counters are replayed
+    exactly (:func:`~fastspec.engines.llamacpp.ngram.ngram_simple_counters`), at T = 0 from the plain record (a
+    prediction; a prompt whose speculative text differs, a near-tie flip, is counted), at T > 0 along the run's own
+    output (no draft model, so no expectation to take: equality is claimed there too).  ``ignore_eos`` bans EOS
+    from the output, so a drafted EOS is never accepted either way."""
+    spec = NgramSimple(d.ngram_n, k)
+    outs = [[int(t) for t in a["tokens"]] for a in answers]
+    measured = [[int(a["timings"].get("draft_n", 0)), int(a["timings"].get("draft_n_accepted", 0))] for a in answers]
+    flips = [i for i, out in enumerate(outs) if greedy and out != plain_out[i]]
+    predicted = []
+    for p, own, rec in zip(ids, outs, plain_out, strict=True):
+        steps = ngram_simple_counters(p, rec if greedy else own, spec, n_predict=budget, n_ctx=ctx)
+        predicted.append([steps.draft_n, steps.draft_n_accepted])
+    matches = sum(1 for m, q in zip(measured, predicted, strict=True) if m == q)
+    tps = _tps(answers)
+    row = RowResult(d.name, k, "ngram-simple", measured, predicted, True, matches, flips, 0, 0, tps,
+                    tps / plain_tps if plain_tps > 0 else float("nan"))
+    row.audit = audit(outs)
+    row.verdict = _row_verdict(row, len(ids))
+    return row
 
 
 def _tps(answers) -> float:
