@@ -489,7 +489,7 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
     if failed:
         parts.append("the output of " + ", ".join(f"{r.draft} k = {r.k}" for r in failed) + " fails the audit")
     verdict = "; ".join(parts) + "." if parts else (
-        ("llama.cpp's counters equal fastspec's exact prediction on every prompt" if greedy else
+        ("llama.cpp's counters equal fastspec's exact prediction on every prompt" if all(r.exact for r in rows) else
          "llama.cpp's counters are compared with fastspec's expectation") +
         (" and every output passes the audit." if audit else "."))
     return LlamaCppComparison("llamacpp", os.path.abspath(target), sampling.as_dict(), budget, len(ids), threads,
