@@ -454,9 +454,7 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
                 tf_draft = TeacherForcing(dsrv)
                 for k in ks:
                     answers = runs[(d.name, k)]
-                    outs = [[int(t) for t in a["tokens"]] for a in answers]
-                    measured = [[int(a["timings"].get("draft_n", 0)), int(a["timings"].get("draft_n_accepted", 0))]
-                                for a in answers]
+                    outs, measured = _tokens_and_counters(answers)
                     predicted, flips, ties = [], [], 0
                     eos_before = tf_draft.eos_divergences
                     for i, (p, out) in enumerate(zip(ids, outs, strict=True)):
@@ -496,6 +494,12 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
                               float(p_min), int(n_min), plain_tps, rows, plain_audit, warnings, verdict)
 
 
+def _tokens_and_counters(answers) -> tuple[list, list]:
+    """Per answer of a speculative server: its generated token ids, and [draft_n, draft_n_accepted]."""
+    return ([[int(t) for t in a["tokens"]] for a in answers],
+            [[int(a["timings"].get("draft_n", 0)), int(a["timings"].get("draft_n_accepted", 0))] for a in answers])
+
+
 def _ngram_row(d: LlamaDraft, k: int, answers, ids, plain_out, budget: int, ctx: int, greedy: bool,
                plain_tps: float, audit: Callable) -> RowResult:
     """The row of llama.cpp's ngram-simple speculator (size_n ``d.ngram_n``, size_m ``k``).  Its draft is a function
@@ -505,8 +509,7 @@ def _ngram_row(d: LlamaDraft, k: int, answers, ids, plain_out, budget: int, ctx:
     output (no draft model, so no expectation to take: equality is claimed there too).  ``ignore_eos`` bans EOS
     from the output, so a drafted EOS is never accepted either way."""
     spec = NgramSimple(d.ngram_n, k)
-    outs = [[int(t) for t in a["tokens"]] for a in answers]
-    measured = [[int(a["timings"].get("draft_n", 0)), int(a["timings"].get("draft_n_accepted", 0))] for a in answers]
+    outs, measured = _tokens_and_counters(answers)
     flips = [i for i, out in enumerate(outs) if greedy and out != plain_out[i]]
     predicted = []
     for p, own, rec in zip(ids, outs, plain_out, strict=True):
