@@ -1,32 +1,19 @@
 """``fastspec measure --policy SPEC`` and ``--engine hf``: draft-length policies in fastspec's loop and Hugging Face's
-own assisted generation next to the fixed-k configurations (issue 23).  ``--policy`` is parsed here, before any
-model is loaded (which engines take which flag: :mod:`fastspec.engines.registry`); the work is the library's
-(:func:`fastspec.hf.measure_and_predict` with ``policies``, and ``hf_engine`` from the registry's ``hf`` entry);
-the policy rows' table is rendered here."""
+own assisted generation next to the fixed-k configurations (issue 23).  ``--policy`` is parsed by the library
+(:class:`fastspec.runs.MeasureConfig`, before any model is loaded; which engines take which flag:
+:mod:`fastspec.engines.registry`); the work is the library's (:func:`fastspec.hf.measure_and_predict` with
+``policies``, and ``hf_engine`` from the registry's ``hf`` entry); the policy rows' table is rendered here."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 from rich.table import Table
-
-from ._options import option_errors
 
 POLICY_HELP = ("A draft-length policy (repeatable), run in fastspec's loop next to the fixed k's and predicted from "
                "the same dump: fixed:k=K | conf:theta=T,kmax=K[,on=token|max] | specdec:h=H,kmax=K[,on=token|max] | "
                "hf[:k=20,schedule=constant|heuristic|heuristic_transient,theta=0.4,tune=roc|off] (bare hf = "
                "transformers' defaults); with --engine hf the fixed and hf policies also run in Hugging Face's "
                "assisted generation.  Policies other than fixed need a model draft (its probabilities).")
-
-
-def check_policies(policy: Optional[Sequence[str]]) -> list:
-    """The ``--policy`` values as policies (one line naming the flag and why, exit 2); which engines take
-    ``--policy`` is the registry's (:mod:`fastspec.engines.registry`)."""
-    if not policy:
-        return []
-    from fastspec.policies import parse_policies
-
-    with option_errors("--policy"):
-        return parse_policies(list(policy), name="--policy")
 
 
 def _ci(d: Optional[dict]) -> str:

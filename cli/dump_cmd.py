@@ -74,8 +74,10 @@ def dump_command(
     from fastspec.hf.dumping import check_dump_positions
 
     set_threads(hf, threads)
+    from fastspec.io import check_dump_path
+
     with option_errors("--out"):
-        out = hf.check_dump_path(out)
+        out = check_dump_path(out)
     if draft:
         check_drafts(hf, draft)
     tmodel, tok, drafts = load_models(hf, target, draft)

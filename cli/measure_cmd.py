@@ -12,12 +12,12 @@ from fastspec.engines.registry import check_engine_flags, engines_help
 
 from ._common import fail, print_json, stage_progress, stderr_console, stdout_console
 from ._hf import check_drafts, check_options, ignore_eos_option, import_hf, set_threads
-from ._options import (MAX_REPEATS, REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, argument_errors, check_range,
-                       json_option, k_option, min_p_option, option_errors, parse_k, sampling_params, seed_option,
+from ._options import (REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, check_range, config_from_flags,
+                       flag_errors, json_option, k_option, min_p_option, parse_k, sampling_params, seed_option,
                        target_option, temperature_option, top_k_option, top_p_option)
 from ._app import app
 from ._engine_vllm import measure_engine
-from ._engine_hf import POLICY_HELP, check_policies, render_policy_rows
+from ._engine_hf import POLICY_HELP, render_policy_rows
 
 DRAFT_HELP = ("NAME=MODEL (repeatable); MODEL: directory, .gguf file, exitL (the target's first L layers), or an "
               "n-gram prompt-lookup draft: ngram (n-grams of 1 to 3 tokens) or ngramMIN-MAX (also ngram:MIN-MAX), "
@@ -102,7 +102,6 @@ def measure_command(
     With --engine llamacpp: llama-server's draft_n / draft_n_accepted per prompt against fastspec's prediction
     (exact at T = 0), and the audit of its tokens."""
     ks = parse_k(k)
-    params = sampling_params(temperature, top_k, top_p, min_p)
     entry = check_engine_flags(engine, {  # a flag the engine does not take is refused by name (the registry)
         "--policy": bool(policy), "--no-hf-generate": not hf_generate,
         "--draft-sample-method": draft_sample_method is not None, "--vllm-python": vllm_python is not None,
@@ -112,8 +111,8 @@ def measure_command(
         "--trials": trials is not None, "--threads": threads is not None, "--cost-repeats": cost_repeats != 20,
         "--llamacpp-bin": llamacpp_bin is not None, "--p-min": p_min is not None, "--n-min": n_min is not None},
         ignore_eos=ignore_eos)
-    policies = check_policies(policy)
     if entry.pipeline == "counters":
+        params = sampling_params(temperature, top_k, top_p, min_p)
         check_range("--max-new-tokens", max_new_tokens, 1, 1 << 20, "tokens")
         if not os.path.isfile(prompts):
             fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
@@ -131,67 +130,43 @@ def measure_command(
                        draft_sample_method=draft_sample_method, vllm_python=vllm_python, runs_dir=runs_dir,
                        audit=audit, as_json=as_json, progress=lambda msg: stderr_console().print(msg))
         return
-    if dump is not None and not os.path.exists(dump):
-        fail(f"--dump {dump}: no such file or directory")
-    if dump is not None and (save_dump is not None or top_k_save is not None):
-        fail("--dump uses an existing dump; --save-dump and --top-k-save only apply to the dump measure makes")
-    if max_prompts is not None:
-        from fastspec.errors import check_int
+    from fastspec.runs import MeasureConfig
 
-        try:
-            check_int("--max-prompts", max_prompts, 1)
-        except ValueError:
-            fail(f"--max-prompts {max_prompts} is invalid: use a positive count")
-    if trials is not None:
-        from fastspec.simulation.config import check_trials
-
-        with option_errors("--trials"):  # simulate's bounds, before any model is loaded
-            check_trials(trials, "bernoulli")
-    check_range("--repeats", repeats, 1, MAX_REPEATS, "runs")
-    check_range("--cost-repeats", cost_repeats, 1, MAX_REPEATS, "rounds")
-    check_options(max_new_tokens=max_new_tokens, prompts=prompts, threads=threads, top_k_save=top_k_save, seed=seed)
-    table = None
-    if costs is not None:  # a regular file of bounded size, read before torch is imported
-        from fastspec.costs import CostTable
-
-        with option_errors("--costs"):
-            table = CostTable.from_file(costs)
+    # the one table: each flag, the MeasureConfig field it sets and its value (checked once, by the library,
+    # before torch is imported; --k's text read by the one parser of draft lengths above)
+    flags = {"--k": ("ks", ks), "--policy": ("policies", policy or ()), "--temperature": ("temperature", temperature),
+             "--top-k": ("top_k", top_k), "--top-p": ("top_p", top_p), "--min-p": ("min_p", min_p),
+             "--dump": ("dump", dump), "--save-dump": ("save_dump", save_dump),
+             "--top-k-save": ("top_k_save", top_k_save),
+             "--max-prompts": ("max_prompts", max_prompts), "--trials": ("trials", trials),
+             "--repeats": ("repeats", repeats), "--cost-repeats": ("cost_repeats", cost_repeats),
+             "--max-new-tokens": ("max_new_tokens", max_new_tokens), "--seed": ("seed", seed),
+             "--ignore-eos": ("ignore_eos", ignore_eos), "--costs": ("costs", costs),
+             "--hf-generate": ("hf_generate", hf_generate)}
+    conflicts = {("dump", "save_dump", "top_k_save"): "--dump uses an existing dump; --save-dump and --top-k-save "
+                                                      "only apply to the dump measure makes"}
+    config = config_from_flags(MeasureConfig, flags, conflicts)
+    check_options(prompts=prompts, threads=threads)
     hf = import_hf()
     set_threads(hf, threads)
-    if save_dump is not None:
-        with option_errors("--save-dump"):
-            hf.check_dump_path(save_dump)
     specs = check_drafts(hf, draft)  # a malformed n-gram specification: one line, before any loading
-    _check_policy_drafts(hf, specs, policies)
-    from fastspec.errors import InvalidInput, InvalidType
-
-    try:
-        report = entry.measure_function()(
-            target, specs, prompts, ks, **params.as_dict(), max_new_tokens=max_new_tokens, ignore_eos=ignore_eos,
-            seed=seed, repeats=repeats, max_prompts=max_prompts, dump=dump, save_dump=save_dump,
-            top_k_save=top_k_save, costs=table, cost_repeats=cost_repeats, hf_generate=hf_generate, trials=trials,
-            progress=stage_progress(stderr_console()), policies=policies)
-    except (InvalidInput, InvalidType) as exc:  # told about the option the user typed
-        argument = getattr(exc, "argument", None)
-        if argument == "max_new_tokens":
-            with argument_errors({"max_new_tokens": ("--max-new-tokens", max_new_tokens)}):
-                raise
-        if argument == "dump":
-            with option_errors("--dump"):
-                raise
-        raise
+    _check_policy_drafts(hf, specs, config.policies)
+    with flag_errors(flags):  # the pipeline's errors about the token budget or the dump, told about the flag
+        report = entry.measure_function()(target, specs, prompts, config=config,
+                                          progress=stage_progress(stderr_console()))
     meas, ids = report.measurement, report.prompts
-    config = {"target": target, "drafts": report.drafts, "prompts": prompts, "num_prompts": len(ids),
-              "max_prompts": max_prompts, "k": ks, **params.as_dict(), "max_new_tokens": max_new_tokens,
-              "ignore_eos": ignore_eos, "seed": seed, "repeats": repeats, "dump": report.dump,
-              "dump_kind": report.dump_kind, "costs": costs if costs is not None else "measured",
-              "threads": report.threads, "order": meas.settings["order"], "engine": engine,
-              "policies": [p.name for p in policies], "skipped": meas.settings.get("skipped", []),
-              "sklearn_importable": meas.settings.get("sklearn_importable")}
+    shown = {"target": target, "drafts": report.drafts, "prompts": prompts, "num_prompts": len(ids),
+             "max_prompts": max_prompts, "k": ks, **config.params.as_dict(), "max_new_tokens": max_new_tokens,
+             "ignore_eos": ignore_eos, "seed": seed, "repeats": repeats, "dump": report.dump,
+             "dump_kind": report.dump_kind, "costs": costs if costs is not None else "measured",
+             "threads": report.threads, "order": meas.settings["order"], "engine": engine,
+             "policies": [p.name for p in config.policies], "skipped": meas.settings.get("skipped", []),
+             "sklearn_importable": meas.settings.get("sklearn_importable")}
     if as_json:
-        print_json({"config": config, **report.as_dict()})
+        print_json({"config": shown, **report.as_dict()})
         return
-    _print_tables(report.rows, meas, params, temperature, ids, max_new_tokens, ignore_eos, repeats, report.warnings)
+    _print_tables(report.rows, meas, config.params, temperature, ids, max_new_tokens, ignore_eos, repeats,
+                  report.warnings)
     render_policy_rows(stdout_console(), report.rows, meas)
 
 

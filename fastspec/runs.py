@@ -1,9 +1,12 @@
 """What the real-model runs are run with -- a cost measurement (:func:`fastspec.hf.measure_costs`:
-:class:`CostMeasureConfig`), a logit dump (:func:`fastspec.hf.dump_logits`: :class:`DumpConfig`) -- validated on
-construction before torch is imported or any model is loaded (this module imports neither), with the bounds every
-real-model entry point takes (:mod:`fastspec.config`: tokens, rounds, row widths; a seed in [0, 2**63))."""
+:class:`CostMeasureConfig`), a logit dump (:func:`fastspec.hf.dump_logits`: :class:`DumpConfig`), a measurement of
+the real loop against its prediction (:func:`fastspec.hf.measure_and_predict`: :class:`MeasureConfig`) --
+validated on construction before torch is imported or any model is loaded (this module imports neither), with the
+bounds every real-model entry point takes (:mod:`fastspec.config`: tokens, rounds, row widths; a seed in
+[0, 2**63))."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -12,10 +15,13 @@ import numpy as np
 from .config import DEFAULT_WARMUP, MAX_K, MAX_NEW_TOKENS, MAX_REPEATS, MAX_WARMUP, MAX_WIDTH
 from .costs.table import CostTable, parse_batch_list
 from .errors import InvalidInput, InvalidType, about, check_int, int_in, positive_int
+from .io import check_dump_path
 from .params import GivenSampling
+from .policies import parse_policies
+from .simulation.config import check_trials
 
-__all__ = ["CostMeasureConfig", "DumpConfig", "cost_ks", "check_model_seed", "SEED_END", "DUMP_DTYPES",
-           "DEFAULT_COST_K"]
+__all__ = ["CostMeasureConfig", "DumpConfig", "MeasureConfig", "cost_ks", "check_model_seed", "SEED_END",
+           "DUMP_DTYPES", "DEFAULT_COST_K"]
 
 #: seeds of the real-model pipeline: [0, 2**63) (NumPy's generators take no negative seed, and the loop's derived
 #: seeds keep 63 bits: 2**63 + s would repeat s)
@@ -85,6 +91,12 @@ class CostMeasureConfig(GivenSampling):
             object.__setattr__(self, name, value)
 
 
+def _check_bool(name: str, value) -> None:
+    with about(name):
+        if not isinstance(value, (bool, np.bool_)):
+            raise InvalidType(f"{name} must be True or False, got {value!r}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DumpConfig(GivenSampling):
     """The settings of :func:`fastspec.hf.dump_logits` (its docstring), as the caller gave them; validated on
@@ -114,9 +126,7 @@ class DumpConfig(GivenSampling):
                                                " (2**24, the widest row a dump holds)")
         with about("seed"):
             checked["seed"] = check_model_seed(self.seed)
-        with about("ignore_eos"):
-            if not isinstance(self.ignore_eos, (bool, np.bool_)):
-                raise InvalidType(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        _check_bool("ignore_eos", self.ignore_eos)
         with about("dtype"):
             name = np.dtype(self.dtype).name if not isinstance(self.dtype, str) else self.dtype
             if name not in DUMP_DTYPES:
@@ -144,3 +154,85 @@ class DumpConfig(GivenSampling):
             return None
         return CostMeasureConfig(ks=self.cost_k, repeats=self.cost_repeats, seed=self.seed,
                                  **self.checked_sampling())
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasureConfig(GivenSampling):
+    """The settings of :func:`fastspec.hf.measure_and_predict` (its docstring), as the caller gave them; validated on
+    construction (typed errors tagged with the argument at fault, ``exc.arguments``), the fields then hold the
+    validated values: ``ks`` the draft lengths in the order given, ``policies`` a tuple of
+    :class:`~fastspec.policies.DraftPolicy`, ``costs`` a :class:`~fastspec.costs.CostTable` (read now: a mapping or
+    a JSON file) or None (measured with the models).  Bounds: ``max_new_tokens`` 1..:data:`fastspec.config.
+    MAX_NEW_TOKENS`, ``repeats`` and ``cost_repeats`` 1..:data:`~fastspec.config.MAX_REPEATS`, ``max_prompts`` None
+    or >= 1, ``trials`` None or simulate's (:func:`fastspec.simulation.config.check_trials`), ``top_k_save`` None or
+    1..:data:`~fastspec.config.MAX_WIDTH`, ``seed`` in [0, 2**63).  ``dump`` (an existing dump to predict from) and
+    ``save_dump`` / ``top_k_save`` (how to keep and store the dump made now) exclude each other; ``save_dump`` must
+    be a path a new dump can be written to (:func:`fastspec.io.check_dump_path`)."""
+
+    ks: Any = (1, 2, 4)
+    policies: Any = ()
+    max_new_tokens: int = 64
+    ignore_eos: bool = False
+    seed: int = 0
+    repeats: int = 1
+    max_prompts: int | None = None
+    dump: Any = None
+    save_dump: Any = None
+    top_k_save: int | None = None
+    costs: Any = None
+    cost_repeats: int = 20
+    hf_generate: bool = True
+    trials: int | None = None
+
+    def __post_init__(self):
+        checked = {}
+        with about("ks"):
+            ks = [self.ks] if isinstance(self.ks, (int, np.integer)) else self.ks
+            try:
+                checked["ks"] = tuple(positive_int("k", k, MAX_K) for k in ks)
+            except TypeError:
+                raise InvalidType(f"ks must be a draft length or a sequence of them, got {type(self.ks).__name__}") \
+                    from None
+            if not checked["ks"]:
+                raise InvalidInput("ks: give at least one draft length")
+        checked.update(self.checked_sampling())
+        with about("policies"):
+            checked["policies"] = tuple(parse_policies(self.policies, name="policies"))
+        if self.dump is not None:
+            with about("dump"):
+                if not isinstance(self.dump, (str, os.PathLike)):
+                    raise InvalidType(f"dump must be a path, got {type(self.dump).__name__}")
+                checked["dump"] = os.fspath(self.dump)
+                if not os.path.exists(checked["dump"]):
+                    raise InvalidInput(f"dump {checked['dump']}: no such file or directory")
+            if self.save_dump is not None or self.top_k_save is not None:
+                with about("dump", "save_dump", "top_k_save"):
+                    raise InvalidInput("dump uses an existing dump; save_dump and top_k_save only apply to the dump "
+                                       "measure_and_predict makes")
+        if self.max_prompts is not None:
+            with about("max_prompts"):
+                try:
+                    checked["max_prompts"] = check_int("max_prompts", self.max_prompts, 1)
+                except (InvalidInput, InvalidType) as exc:
+                    raise type(exc)(f"max_prompts = {self.max_prompts!r} is invalid: use a positive count") from None
+        if self.trials is not None:
+            with about("trials"):
+                checked["trials"] = check_trials(self.trials, "bernoulli")
+        for name, high, note in (("repeats", MAX_REPEATS, "runs"), ("cost_repeats", MAX_REPEATS, "rounds"),
+                                 ("max_new_tokens", MAX_NEW_TOKENS, "tokens"),
+                                 ("top_k_save", MAX_WIDTH, "2**24, the widest row a dump holds")):
+            if getattr(self, name) is not None or name != "top_k_save":
+                with about(name):
+                    checked[name] = int_in(name, getattr(self, name), 1, high, f" ({note})")
+        with about("seed"):
+            checked["seed"] = check_model_seed(self.seed)
+        _check_bool("ignore_eos", self.ignore_eos)
+        _check_bool("hf_generate", self.hf_generate)
+        if self.costs is not None:
+            with about("costs"):
+                checked["costs"] = CostTable.of(self.costs)
+        if self.save_dump is not None:
+            with about("save_dump"):
+                checked["save_dump"] = check_dump_path(self.save_dump)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)

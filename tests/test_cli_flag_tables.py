@@ -322,3 +322,112 @@ def test_dump_config_checks_the_cost_measurement_before_any_generation():
     m = c.cost_config
     assert (m.ks, m.repeats, m.seed, m.temperature) == ([2, 4], 10, 5, 0.5)
     assert DumpConfig(costs=False).cost_config is None
+
+
+# ------------------------------------------------------------------ measure (fastspec's loop and --engine hf)
+
+MEASURE_BAD = [("--k", "0"), ("--policy", "nonsense"), ("--temperature", "-1"), ("--top-k", "-3"), ("--top-p", "2"),
+               ("--min-p", "1"), ("--dump", "no-such-dump.npz"), ("--save-dump", "no/such/dir/d.npz"),
+               ("--top-k-save", "0"), ("--max-prompts", "0"), ("--trials", "1"), ("--repeats", "0"),
+               ("--cost-repeats", "1001"), ("--max-new-tokens", "0"), ("--seed", "-1"),
+               ("--costs", "no-such-costs.json")]
+#: the table's flags that take no bad value on the command line (switches)
+MEASURE_SWITCHES = {"--ignore-eos", "--hf-generate"}
+
+
+def test_measure_table_is_covered():
+    import inspect as pyinspect
+
+    from fastspec_cli import measure_cmd
+
+    src = pyinspect.getsource(measure_cmd.measure_command)
+    table = src[src.index("flags = {"):src.index("config = config_from_flags")]
+    assert {f for f, _ in MEASURE_BAD} | MEASURE_SWITCHES == set(re.findall(r'"(--[a-z-]+)": \(', table))
+
+
+@pytest.mark.parametrize("engine", ["fastspec", "hf"])
+@pytest.mark.parametrize("flag, value", MEASURE_BAD)
+def test_measure_bad_flag_is_one_line_before_torch(tmp_path, monkeypatch, flag, value, engine):
+    from fastspec_cli import measure_cmd
+
+    _no_work(monkeypatch, measure_cmd, "import_hf")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a b\n")
+    monkeypatch.chdir(tmp_path)
+    line = one_line(run("measure", "--target", tmp_path / "no-model", "--draft", "ngram", "--prompts", prompts,
+                        "--engine", engine, "--ignore-eos", flag, value), flag)
+    assert line[len(f"fastspec: error: {flag}")] in " :" and "no-model" not in line
+    for name in ("max_new_tokens", "top_k_save", "cost_repeats", "max_prompts", "save_dump", "top_p", "seed =",
+                 "policies", "measure_and_predict"):
+        assert name not in line
+
+
+def test_measure_messages_are_the_flags(tmp_path, monkeypatch):
+    """The lines the command printed before its flags went through one table, byte for byte (the --policy line
+    named the flag twice before: "--policy: --policy 'nonsense': ...")."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.txt").write_text("a b\n")
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "old.npz").write_bytes(b"x")
+    cases = {("--max-prompts", "0"): "--max-prompts 0 is invalid: use a positive count",
+             ("--trials", "0"): "--trials 0 is invalid: give an integer from 2 to 10000000 (replays per sequence)",
+             ("--repeats", "0"): "--repeats 0 is invalid: use an integer in [1, 1000] (runs)",
+             ("--cost-repeats", "1001"): "--cost-repeats 1001 is invalid: use an integer in [1, 1000] (rounds)",
+             ("--max-new-tokens", "0"): "--max-new-tokens 0 is invalid: use an integer in [1, 1048576] (tokens)",
+             ("--top-k-save", str(2 ** 25)): "--top-k-save 33554432 is invalid: use an integer in [1, 16777216] "
+                                             "(2**24, the widest row a dump holds)",
+             ("--seed", str(2 ** 63)): "--seed 9223372036854775808 is invalid: use an integer in [0, 2**63) "
+                                       "(0..9223372036854775807)",
+             ("--temperature", "-1"): "--temperature -1 is invalid: use a finite value >= 0 (0 means greedy)",
+             ("--dump", "none.npz"): "--dump none.npz: no such file or directory",
+             ("--costs", "none.json"): "--costs: cost table: no such file 'none.json'",
+             ("--costs", "bad.json"): "--costs: cost table (bad.json): not valid JSON (Expecting property name "
+                                      "enclosed in double quotes at line 1 column 2)",
+             ("--save-dump", "nodir/x.npz"): "--save-dump: out 'nodir/x.npz': directory nodir does not exist",
+             ("--dump", "old.npz", "--save-dump", "x.npz"): "--dump uses an existing dump; --save-dump and "
+                                                            "--top-k-save only apply to the dump measure makes",
+             ("--dump", "old.npz", "--top-k-save", "4"): "--dump uses an existing dump; --save-dump and "
+                                                         "--top-k-save only apply to the dump measure makes"}
+    for args, want in cases.items():
+        r = run("measure", "--target", "no-model", "--draft", "ngram", "--prompts", "p.txt", *args)
+        assert one_line(r, args[0]) == f"fastspec: error: {want}"
+    r = run("measure", "--target", "no-model", "--draft", "ngram", "--prompts", "p.txt", "--policy", "nonsense")
+    assert one_line(r, "--policy 'nonsense': unknown policy kind")
+
+
+def test_measure_config_tags_its_errors_and_is_one_way_in(tmp_path, monkeypatch):
+    """MeasureConfig checks every setting before torch is imported, tags the argument at fault, and
+    measure_and_predict takes it or the settings one by one, not both; a missing dump is refused before any model
+    is loaded (it used to fail after the models were loaded and the costs measured)."""
+    from fastspec.errors import InvalidInput, InvalidType
+    from fastspec.policies import DraftPolicy
+    from fastspec.runs import MeasureConfig
+
+    for kwargs, names in [({"max_prompts": 0}, ("max_prompts",)), ({"trials": 1}, ("trials",)),
+                          ({"repeats": 1001}, ("repeats",)), ({"ks": [2, 0]}, ("ks",)), ({"ks": []}, ("ks",)),
+                          ({"policies": "conf:theta=2,kmax=4"}, ("policies",)), ({"top_p": 0}, ("top_p",)),
+                          ({"dump": str(tmp_path / "none.npz")}, ("dump",)),
+                          ({"dump": str(tmp_path), "top_k_save": 3}, ("dump", "save_dump", "top_k_save")),
+                          ({"save_dump": str(tmp_path / "no" / "d.npz")}, ("save_dump",)),
+                          ({"costs": {"version": 1}}, ("costs",)), ({"hf_generate": "yes"}, ("hf_generate",)),
+                          ({"seed": -1}, ("seed",))]:
+        with pytest.raises((InvalidInput, InvalidType)) as exc:
+            MeasureConfig(**kwargs)
+        assert exc.value.arguments == names, kwargs
+    c = MeasureConfig(ks=[4, 1], policies=["fixed:k=2", "fixed:k=2"], costs=_costs_table(), temperature=0)
+    assert c.ks == (4, 1) and len(c.policies) == 1 and isinstance(c.policies[0], DraftPolicy)
+    assert c.costs.plain_step_s() > 0 and c.params.temperature == 0.0
+
+    hf = pytest.importorskip("fastspec.hf")
+    from fastspec.hf import pipeline
+
+    monkeypatch.setattr(pipeline, "resolve_models", lambda *_a, **_k: pytest.fail("a model was loaded"))
+    with pytest.raises(InvalidInput) as exc:
+        hf.measure_and_predict("no-model", ["ngram"], "p.txt", [1], config=c)
+    assert exc.value.argument == "config"
+    with pytest.raises(InvalidInput) as exc:
+        hf.measure_and_predict("no-model", ["ngram"], "p.txt", config=c, repeats=3)
+    assert exc.value.argument == "config"
+    with pytest.raises(InvalidInput) as exc:
+        hf.measure_and_predict("no-model", ["ngram"], "p.txt", dump=str(tmp_path / "none.npz"))
+    assert exc.value.argument == "dump"

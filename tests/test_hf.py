@@ -26,7 +26,7 @@ from naive import chi2_pooled
 
 import fastspec
 from fastspec import hf
-from fastspec.io import load_dump
+from fastspec.io import check_dump_path, load_dump
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -472,7 +472,7 @@ def test_typed_errors(pair, tmp_path):
     with pytest.raises(InvalidInput, match="draft name"):
         hf.dump_logits(tmp_path / "d.npz", target, {"a__b": draft}, [PROMPT])
     with pytest.raises(InvalidInput, match="does not exist"):
-        hf.check_dump_path(tmp_path / "no" / "d.npz")
+        check_dump_path(tmp_path / "no" / "d.npz")
     with pytest.raises(InvalidInput, match="threads"):
         hf.set_threads(0)
     assert not os.path.exists(tmp_path / "d.npz")

@@ -17,6 +17,7 @@ import pytest
 from hf_models import V, save_model as _save_model, tiny, torch
 
 from fastspec import hf
+from fastspec.io import check_dump_path
 from fastspec.costs import CostTable, StepCost
 from fastspec.errors import InvalidInput
 from fastspec.stats import median_se
@@ -319,7 +320,7 @@ def test_staging_directory_never_looks_like_a_shard_and_never_stays(models, tmp_
         hf.dump_logits(tmp_path / "e.npz", target, {"d": draft}, PROMPTS, max_new_tokens=3, costs=False)
     assert not _staging(tmp_path) and not os.path.exists(tmp_path / "i.npz") and not os.path.exists(tmp_path / "e.npz")
     with pytest.raises(InvalidInput, match="'.'"):
-        hf.check_dump_path(tmp_path / ".hidden.npz")
+        check_dump_path(tmp_path / ".hidden.npz")
 
 
 def test_set_threads_survives_numba_pool_start():

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 import fastspec
 from fastspec.errors import InvalidInput, InvalidType
 from fastspec.exact import to_fraction
+from fastspec.io import check_dump_path
 from fastspec_cli.main import app
 
 runner = CliRunner()
@@ -73,7 +74,7 @@ def test_dump_paths_and_their_staging_are_printed_as_typed(tmp_path, monkeypatch
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidInput) as exc:
-        dumping.check_dump_path("no/such/d.npz")
+        check_dump_path("no/such/d.npz")
     assert "directory no/such does not exist" in str(exc.value) and str(tmp_path) not in str(exc.value)
     os.mkdir("sub")
     staged = dumping._stage("sub/d.npz")

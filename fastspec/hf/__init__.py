@@ -37,7 +37,7 @@ The page that explains it: ``docs/guide/real-models.md``.
 from __future__ import annotations
 
 from .timing import measure_costs
-from .dumping import check_dump_path, dump_logits
+from .dumping import dump_logits
 from .loop import GenerateResult, SpecResult, generate, hf_generate, speculative_generate, timed_generate
 from .measure import ClockResult, MeasureResult, Measurement, measure
 from .models import (check_same_tokenizer, check_vocab_size, early_exit, eos_ids, load_model, load_tokenizer,
@@ -53,7 +53,7 @@ __all__ = ["load_model", "load_tokenizer", "early_exit", "check_same_tokenizer",
            "MeasureResult", "ratio_ci", "measure_costs",
            # also public (used by the command line and the tests)
            "check_vocab_size", "parse_draft_specs", "parse_ngram_spec", "model_files",
-           "eos_ids", "set_threads", "quiet_logging", "check_dump_path",
+           "eos_ids", "set_threads", "quiet_logging",
            "Prediction", "predict", "prediction_over_prompts", "compare", "relative_error", "z_difference",
            "timed_generate", "hf_generate", "GenerateResult", "Measurement", "ClockResult", "speedup_ci",
            "measure_and_predict", "MeasureReport"]

@@ -27,7 +27,7 @@ import torch
 
 from ..config import MAX_POSITIONS
 from ..errors import InvalidInput, InvalidType, config_or_settings
-from ..io import check_draft_name, save_dump
+from ..io import check_dump_path, check_draft_name, save_dump
 from ..ngram import NgramProposer
 from ..params import SamplingParams
 from ..runs import DEFAULT_COST_K, DUMP_DTYPES, DumpConfig
@@ -37,34 +37,13 @@ from .loop import derive_seed, generate, start_numba_pool
 from .models import check_vocab_size
 from .teacher import teacher_forced_logits
 
-__all__ = ["dump_logits", "check_dump_path", "check_dump_positions", "DUMP_DTYPES", "STAGING_PREFIX",
+__all__ = ["dump_logits", "check_dump_positions", "DUMP_DTYPES", "STAGING_PREFIX",
            "DEFAULT_COST_K"]
 
 STAGING_PREFIX = ".fastspec-dump-"
 #: model types whose causal-LM head is exactly lm_head(norm(hidden)) (no soft-capping or scaling of the logits),
 #: so an early exit's rows can be taken from the target's own forwards
 _PLAIN_HEAD_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
-
-
-def check_dump_path(out) -> str:
-    """``out`` as a path a new dump can be written to, else InvalidInput: an ``.npz`` file (overwritten if it
-    exists), or a directory that does not exist yet or is empty; its parent directory must exist."""
-    out = os.fspath(out)
-    parent = os.path.dirname(os.path.normpath(out))  # as typed: relative stays relative
-    if not os.path.isdir(parent or "."):
-        raise InvalidInput(f"out {out!r}: directory {parent} does not exist")
-    if os.path.basename(os.path.normpath(out)).startswith("."):
-        raise InvalidInput(f"out {out!r}: a name starting with '.' is never read as a shard and is reserved for "
-                           "temporary files; choose another name")
-    if os.path.isdir(out):
-        if out.endswith(".npz"):
-            raise InvalidInput(f"out {out!r} is a directory; an .npz dump is a file")
-        if os.listdir(out):
-            raise InvalidInput(f"out {out!r} is a directory that is not empty; remove it or choose a new path "
-                               "(a dump directory holds only its own .npy arrays)")
-    elif os.path.exists(out) and not out.endswith(".npz"):
-        raise InvalidInput(f"out {out!r} exists and is not a directory; a dump is an .npz file or a directory")
-    return out
 
 
 def check_dump_positions(target, drafts: Mapping | None, prompts: Sequence[Sequence[int]], max_new_tokens: int,

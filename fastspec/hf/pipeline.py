@@ -23,10 +23,10 @@ from typing import Callable, ContextManager, Iterator, Mapping, Sequence
 import torch
 
 from ..costs import CostTable
-from ..errors import about
+from ..errors import about, config_or_settings
 from ..ngram import NgramProposer
-from ..params import SamplingParams
-from .args import check_generation_positions, positive_int
+from ..runs import MeasureConfig
+from .args import check_generation_positions
 from .timing import DEFAULT_WARMUP, check_cost_context, measure_costs
 from .dumping import dump_logits
 from .measure import Measurement, measure, predicted_policies, speculative_configs
@@ -82,22 +82,24 @@ class MeasureReport:
                 "prediction_warnings": list(self.warnings), "schedule": [list(s) for s in meas.schedule]}
 
 
-def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], prompts, ks: Sequence[int], *,
+def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], prompts, ks: Sequence[int] = (1, 2, 4), *,
                         temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
                         max_new_tokens: int = 64, ignore_eos: bool = False, seed: int = 0, repeats: int = 1,
                         max_prompts: int | None = None, dump=None, save_dump=None, top_k_save: int | None = None,
                         costs=None, cost_repeats: int = 20, hf_generate: bool = True, trials: int | None = None,
-                        progress: Progress | None = None, policies: Sequence = (),
-                        hf_engine: bool = False) -> MeasureReport:
+                        policies: Sequence = (), config: MeasureConfig | None = None,
+                        progress: Progress | None = None, hf_engine: bool = False) -> MeasureReport:
     """Measure the real speculative loop of ``target`` with ``drafts`` over ``prompts`` for every k of ``ks``,
     against plain decoding, next to the prediction from a dump and a cost table (module docstring).
 
     ``target``: a model directory or .gguf file; ``drafts``: ``NAME=MODEL`` specifications
     (:func:`~fastspec.hf.parse_draft_specs`: a model, ``exitL`` or an n-gram draft); ``prompts``: a prompts file
-    (:func:`~fastspec.hf.read_prompts`), only its first ``max_prompts`` used.  ``dump``: predict from this existing
-    dump of the same prompts; else one is made now (dense, or sparse top-``top_k_save``) at ``save_dump``, or in a
-    temporary directory removed afterwards.  ``costs``: a cost table (a :class:`~fastspec.costs.CostTable`, its
-    mapping or a JSON file); None: measured now (``cost_repeats`` rounds) with these models, prompts and threads.
+    (:func:`~fastspec.hf.read_prompts`), only its first ``max_prompts`` used.  The settings come one by one or as
+    one :class:`fastspec.runs.MeasureConfig` (``config``; not both), validated before anything is loaded (errors
+    tagged with the argument at fault, ``exc.arguments``).  ``dump``: predict from this existing dump of the same
+    prompts; else one is made now (dense, or sparse top-``top_k_save``) at ``save_dump``, or in a temporary
+    directory removed afterwards.  ``costs``: a cost table (a :class:`~fastspec.costs.CostTable`, its mapping or a
+    JSON file); None: measured now (``cost_repeats`` rounds) with these models, prompts and threads.
     ``hf_generate``: also time Hugging Face ``generate``; ``trials``: simulate's Monte-Carlo replays.
     ``progress``: :data:`Progress` (none: silent).  The stages run in this order, every check before the first
     forward: the token budget's positions (InvalidInput tagged ``argument="max_new_tokens"``), the cost table,
@@ -105,13 +107,16 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
     ``hf_engine``: :func:`~fastspec.hf.measure.measure`'s draft-length policies and Hugging Face's assisted
     generation, predicted by :func:`~fastspec.hf.prediction.predict` with ``policies``; a cost table measured now
     then covers every draft length up to the largest a policy can draft."""
+    c = config_or_settings(MeasureConfig, config, dict(
+        ks=ks, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, max_new_tokens=max_new_tokens,
+        ignore_eos=ignore_eos, seed=seed, repeats=repeats, max_prompts=max_prompts, dump=dump, save_dump=save_dump,
+        top_k_save=top_k_save, costs=costs, cost_repeats=cost_repeats, hf_generate=hf_generate, trials=trials,
+        policies=policies))
     stage = progress or _quiet
-    params = SamplingParams(temperature, top_k, top_p, min_p)
-    if max_prompts is not None:
-        max_prompts = positive_int("max_prompts", max_prompts)
-    table = None if costs is None else CostTable.of(costs)
+    ks, params, max_new_tokens, seed = list(c.ks), c.params, c.max_new_tokens, c.seed
+    table = c.costs
     specs = parse_draft_specs(drafts) if drafts else {}
-    pred_policies = predicted_policies(policies, hf_engine)  # bad specs fail before any loading
+    pred_policies = predicted_policies(c.policies, hf_engine)
     from ..policies import parse_policy
 
     longest = max([1] + [parse_policy(p).k_max for p in pred_policies])  # a measured table covers every length
@@ -120,7 +125,7 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
         tmodel, tok, loaded = resolve_models(target, specs, progress=advance)
     models = {n: m for n, m in loaded.items() if not isinstance(m, NgramProposer)}
     ngrams = {n: m for n, m in loaded.items() if isinstance(m, NgramProposer)}
-    ids = read_prompts(prompts, tok)[:max_prompts]
+    ids = read_prompts(prompts, tok)[:c.max_prompts]
     with about("max_new_tokens"):  # before any generation
         check_generation_positions({"the target": tmodel, **{f"draft {n}": m for n, m in loaded.items()}}, ids,
                                    max_new_tokens)
@@ -128,27 +133,27 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
             check_cost_context(tmodel, loaded, ks=cost_ks, prompts=ids, max_new_tokens=max_new_tokens)
     measured = table is None
     if table is None:
-        with stage("measuring costs (rounds)", cost_repeats + DEFAULT_WARMUP, 5) as advance:
+        with stage("measuring costs (rounds)", c.cost_repeats + DEFAULT_WARMUP, 5) as advance:
             table = measure_costs(tmodel, loaded, ks=cost_ks, prompts=ids, max_new_tokens=max_new_tokens,
-                                  repeats=cost_repeats, **params.as_dict(), seed=seed, progress=advance)
+                                  repeats=c.cost_repeats, **params.as_dict(), seed=seed, progress=advance)
     notes = []
     missing = [n for n in loaded if n not in table.draft_forward_s]
     if missing:
         notes.append(f"the cost table has no entry for draft(s) {', '.join(missing)}: their speed-up is not "
                      f"predicted (it has {', '.join(table.draft_forward_s) or 'none'})")
-    prediction = _prediction(dump, save_dump, tmodel, tok, models, ngrams, ids, ks, params, table,
-                             max_new_tokens=max_new_tokens, top_k_save=top_k_save, seed=seed, ignore_eos=ignore_eos,
-                             trials=trials, stage=stage, policies=pred_policies)
-    n_configs = 1 + int(hf_generate) + len(speculative_configs(loaded, ks, policies, hf_engine))
-    with stage("timed runs (interleaved)", len(ids) * repeats * n_configs, n_configs) as advance:
+    prediction = _prediction(c.dump, c.save_dump, tmodel, tok, models, ngrams, ids, ks, params, table,
+                             max_new_tokens=max_new_tokens, top_k_save=c.top_k_save, seed=seed,
+                             ignore_eos=c.ignore_eos, trials=c.trials, stage=stage, policies=pred_policies)
+    n_configs = 1 + int(c.hf_generate) + len(speculative_configs(loaded, ks, c.policies, hf_engine))
+    with stage("timed runs (interleaved)", len(ids) * c.repeats * n_configs, n_configs) as advance:
         meas = measure(tmodel, loaded, ids, ks, **params.as_dict(), seed=seed, max_new_tokens=max_new_tokens,
-                       eos_token_id=None if ignore_eos else eos_ids(tmodel, tok), ignore_eos=ignore_eos,
-                       repeats=repeats, plain=True, hf_generate=hf_generate, progress=advance, policies=policies,
-                       hf_engine=hf_engine)
+                       eos_token_id=None if c.ignore_eos else eos_ids(tmodel, tok), ignore_eos=c.ignore_eos,
+                       repeats=c.repeats, plain=True, hf_generate=c.hf_generate, progress=advance,
+                       policies=c.policies, hf_engine=hf_engine)
     return MeasureReport(drafts=specs, prompts=ids, measurement=meas, prediction=prediction,
                          rows=compare(meas, prediction), costs=table, costs_measured=measured,
                          warnings=prediction.warnings + notes, threads=torch.get_num_threads(),
-                         dump=dump if dump is not None else save_dump)
+                         dump=c.dump if c.dump is not None else c.save_dump)
 
 
 def _prediction(dump, save_dump, tmodel, tok, models, ngrams, ids, ks, params, table, *, max_new_tokens, top_k_save,

@@ -62,8 +62,8 @@ from ..config import DEFAULT_CHUNK_BYTES
 from .dump import ArrayInfo, Chunk, Dump, DumpBase, load_dump
 from .format import DRAFT_NAME_PATTERN, check_draft_name
 from .opener import open_dump
-from .save import save_dump
+from .save import check_dump_path, save_dump
 from .shards import ShardedDump
 
-__all__ = ["open_dump", "Dump", "DumpBase", "ShardedDump", "Chunk", "ArrayInfo", "load_dump", "save_dump",
-           "DEFAULT_CHUNK_BYTES", "DRAFT_NAME_PATTERN", "check_draft_name"]
+__all__ = ["open_dump", "check_dump_path", "Dump", "DumpBase", "ShardedDump", "Chunk", "ArrayInfo", "load_dump",
+           "save_dump", "DEFAULT_CHUNK_BYTES", "DRAFT_NAME_PATTERN", "check_draft_name"]

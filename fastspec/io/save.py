@@ -11,7 +11,7 @@ from ..errors import InvalidInput, InvalidType
 from .dump import Dump
 from .format import SPARSE_KINDS, array_name, check_draft_name
 
-__all__ = ["save_dump"]
+__all__ = ["save_dump", "check_dump_path"]
 
 _LAYOUTS = ("auto", "npz", "dir")
 
@@ -143,3 +143,24 @@ def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=No
         for name, a in arrays.items():
             np.save(os.path.join(path, name + ".npy"), a, allow_pickle=False)
     return path
+
+
+def check_dump_path(out) -> str:
+    """``out`` as a path a new dump can be written to, else InvalidInput: an ``.npz`` file (overwritten if it
+    exists), or a directory that does not exist yet or is empty; its parent directory must exist."""
+    out = os.fspath(out)
+    parent = os.path.dirname(os.path.normpath(out))  # as typed: relative stays relative
+    if not os.path.isdir(parent or "."):
+        raise InvalidInput(f"out {out!r}: directory {parent} does not exist")
+    if os.path.basename(os.path.normpath(out)).startswith("."):
+        raise InvalidInput(f"out {out!r}: a name starting with '.' is never read as a shard and is reserved for "
+                           "temporary files; choose another name")
+    if os.path.isdir(out):
+        if out.endswith(".npz"):
+            raise InvalidInput(f"out {out!r} is a directory; an .npz dump is a file")
+        if os.listdir(out):
+            raise InvalidInput(f"out {out!r} is a directory that is not empty; remove it or choose a new path "
+                               "(a dump directory holds only its own .npy arrays)")
+    elif os.path.exists(out) and not out.endswith(".npz"):
+        raise InvalidInput(f"out {out!r} exists and is not a directory; a dump is an .npz file or a directory")
+    return out
