@@ -6,14 +6,13 @@ from __future__ import annotations
 from rich.table import Table
 
 from ._common import print_json, stdout_console
-from ._options import named_argument_errors
+from ._options import RUN_FLAGS, named_argument_errors
 
 __all__ = ["measure_llamacpp_engine"]
 
 #: the library's argument names (``InvalidInput.argument``) and the flags they come from
-FLAGS = {"target": "--target", "drafts": "--draft", "prompts": "--prompts", "p_min": "--p-min", "n_min": "--n-min",
-         "draft_sample_method": "--draft-sample-method", "sampling": "--temperature",
-         "max_new_tokens": "--max-new-tokens"}
+FLAGS = {**RUN_FLAGS, "target": "--target", "drafts": "--draft", "prompts": "--prompts", "p_min": "--p-min",
+         "n_min": "--n-min", "draft_sample_method": "--draft-sample-method", "sampling": "--temperature"}
 
 
 def measure_llamacpp_engine(entry, *, target, draft, prompts, ks, params, max_new_tokens, seed, max_prompts,

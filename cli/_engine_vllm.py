@@ -6,12 +6,12 @@ from __future__ import annotations
 from rich.table import Table
 
 from ._common import print_json, stdout_console
-from ._options import named_argument_errors
+from ._options import RUN_FLAGS, named_argument_errors
 
 __all__ = ["measure_engine"]
 
 #: the library's argument names (``InvalidInput.argument``) and the flags they come from
-FLAGS = {"target": "--target", "drafts": "--draft", "prompts": "--prompts", "runs_dir": "--runs-dir",
+FLAGS = {**RUN_FLAGS, "target": "--target", "drafts": "--draft", "prompts": "--prompts", "runs_dir": "--runs-dir",
          "draft_sample_method": "--draft-sample-method"}
 
 

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ._common import progress_bar, stderr_console
-from ._options import MAX_TOKENS, FlagError, check_model_seed, check_range, check_threads, option_errors
+from ._options import FlagError, check_threads, option_errors
 
 
 def import_hf():
@@ -39,19 +39,13 @@ def import_hf():
     return hf
 
 
-def check_options(*, prompts: str, threads: Optional[int], max_new_tokens: Optional[int] = None,
-                  top_k_save: Optional[int] = None, seed: Optional[int] = None) -> None:
-    """The options dump and measure share, checked before torch is imported (so before any model is loaded); None:
-    not this command's to check here (dump's library config checks --max-new-tokens, --top-k-save and --seed)."""
-    from fastspec.config import MAX_WIDTH
-
+def check_options(*, prompts: str, threads: Optional[int]) -> None:
+    """The options dump and measure share that their library configs do not hold, checked before torch is imported
+    (so before any model is loaded): the prompts file exists, --threads (every other flag: the command's one table
+    onto the library's config)."""
     if not os.path.isfile(prompts):
         raise FlagError(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
-    check_range("--max-new-tokens", max_new_tokens, 1, MAX_TOKENS, "tokens")
-    check_range("--top-k-save", top_k_save, 1, MAX_WIDTH, "2**24, the widest row a dump holds")
     check_threads(threads)
-    if seed is not None:
-        check_model_seed(seed)
 
 
 def set_threads(hf, threads: Optional[int]) -> None:

@@ -150,6 +150,10 @@ def config_from_flags(build, table: dict, conflicts: dict | None = None):
         return build(**{name: value for name, value in table.values()})
 
 
+#: the settings every engine's measurement takes (fastspec.runs.check_run): the library's argument names -> the flags
+RUN_FLAGS = {"ks": "--k", "max_new_tokens": "--max-new-tokens", "seed": "--seed", "max_prompts": "--max-prompts"}
+
+
 @contextmanager
 def named_argument_errors(flags: dict):
     """Raise the library's :class:`InvalidInput` about an argument (``exc.argument``, a key of ``flags``, the

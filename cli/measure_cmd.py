@@ -12,7 +12,7 @@ from fastspec.engines.registry import check_engine_flags, engines_help
 
 from ._common import fail, print_json, stage_progress, stderr_console, stdout_console
 from ._hf import check_drafts, check_options, ignore_eos_option, import_hf, set_threads
-from ._options import (REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, check_range, config_from_flags,
+from ._options import (REPEATS_HELP, SEED_HELP, THREADS_HELP, TOKENS_HELP, config_from_flags,
                        flag_errors, json_option, k_option, min_p_option, parse_k, sampling_params, seed_option,
                        target_option, temperature_option, top_k_option, top_p_option)
 from ._app import app
@@ -51,7 +51,9 @@ def measure_command(
                                         "prompt + N - 1 within every model's max_position_embeddings (checked "
                                         "before any generation)."),
     ignore_eos: bool = ignore_eos_option(),
-    seed: int = seed_option(f"Seed (the real loop and the dump it makes derive their seeds from it); {SEED_HELP}."),
+    seed: int = seed_option(f"Seed (the real loop and the dump it makes derive their seeds from it); {SEED_HELP} "
+                            "(--engine vllm / llamacpp: seed + prompt index below 2**32 - 1, the engines' 32-bit "
+                            "seeds)."),
     repeats: int = typer.Option(1, "--repeats", help=f"Real-loop runs per prompt and configuration ({REPEATS_HELP})."),
     max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="Use only the first N prompts of the file "
                                               "(N >= 1; more than the file holds: all of them)."),
@@ -113,7 +115,6 @@ def measure_command(
         ignore_eos=ignore_eos)
     if entry.pipeline == "counters":
         params = sampling_params(temperature, top_k, top_p, min_p)
-        check_range("--max-new-tokens", max_new_tokens, 1, 1 << 20, "tokens")
         if not os.path.isfile(prompts):
             fail(f"--prompts {prompts}: no such file (one prompt per line, or .jsonl with chat messages)")
         if entry.name == "llamacpp":

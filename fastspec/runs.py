@@ -20,8 +20,8 @@ from .params import GivenSampling
 from .policies import parse_policies
 from .simulation.config import check_trials
 
-__all__ = ["CostMeasureConfig", "DumpConfig", "MeasureConfig", "cost_ks", "check_model_seed", "SEED_END",
-           "DUMP_DTYPES", "DEFAULT_COST_K"]
+__all__ = ["CostMeasureConfig", "DumpConfig", "MeasureConfig", "cost_ks", "check_model_seed", "check_run",
+           "check_request_seeds", "SEED_END", "ENGINE_SEED_END", "DUMP_DTYPES", "DEFAULT_COST_K"]
 
 #: seeds of the real-model pipeline: [0, 2**63) (NumPy's generators take no negative seed, and the loop's derived
 #: seeds keep 63 bits: 2**63 + s would repeat s)
@@ -44,12 +44,70 @@ def cost_ks(kmax, ks) -> list[int]:
     return out
 
 
-def check_model_seed(seed, name: str = "seed") -> int:
-    """A seed of the real-model pipeline: an integer in [0, 2**63) (:data:`SEED_END`)."""
+def check_model_seed(seed, name: str = "seed", end: int = SEED_END) -> int:
+    """A seed of the real-model pipeline: an integer in [0, 2**63) (:data:`SEED_END`); an engine's run: [0,
+    2**32 - 1) (``end`` :data:`ENGINE_SEED_END`)."""
     try:
-        return check_int(name, seed, 0, SEED_END - 1)
+        return check_int(name, seed, 0, end - 1)
     except (InvalidInput, InvalidType) as exc:
-        raise type(exc)(f"{name} = {seed!r} is invalid: use an integer in [0, 2**63) (0..{SEED_END - 1})") from None
+        rule = _SEED_RULES[end]
+        raise type(exc)(f"{name} = {seed!r} is invalid: use an integer in {rule}") from None
+
+
+#: the seeds of an engine's run (vLLM, llama.cpp): vLLM seeds NumPy's legacy generator with it (np.random.seed takes
+#: [0, 2**32)); llama.cpp reads a request's seed as a uint32 (larger values wrap) and 2**32 - 1 (LLAMA_DEFAULT_SEED)
+#: means a random seed.  Each prompt's request seed, ``seed + prompt index``, stays below it.
+ENGINE_SEED_END = (1 << 32) - 1
+_SEED_RULES = {SEED_END: f"[0, 2**63) (0..{SEED_END - 1})",
+               ENGINE_SEED_END: f"[0, 2**32 - 1) (0..{ENGINE_SEED_END - 1}: the engines' seeds are 32-bit, and "
+                                "llama.cpp reads 2**32 - 1 as a random seed)"}
+
+
+def check_ks(ks) -> tuple[int, ...]:
+    """One draft length or several, each in [1, :data:`~fastspec.config.MAX_K`], in the order given."""
+    items = [ks] if isinstance(ks, (int, np.integer)) else ks
+    try:
+        out = tuple(positive_int("k", k, MAX_K) for k in items)
+    except TypeError:
+        raise InvalidType(f"ks must be a draft length or a sequence of them, got {type(ks).__name__}") from None
+    if not out:
+        raise InvalidInput("ks: give at least one draft length")
+    return out
+
+
+def check_max_prompts(max_prompts) -> int | None:
+    """None (every prompt of the file) or a count >= 1."""
+    if max_prompts is None:
+        return None
+    try:
+        return check_int("max_prompts", max_prompts, 1)
+    except (InvalidInput, InvalidType) as exc:
+        raise type(exc)(f"max_prompts = {max_prompts!r} is invalid: use a positive count") from None
+
+
+def check_run(*, ks, max_new_tokens, seed, max_prompts=None, seed_end: int = SEED_END) -> dict:
+    """The settings every measurement of a real loop takes (fastspec's, vLLM's, llama.cpp's), checked one way, each
+    error tagged with its argument (:func:`fastspec.errors.about`): ``ks`` (:func:`check_ks`), ``max_new_tokens``
+    in [1, :data:`~fastspec.config.MAX_NEW_TOKENS`], ``seed`` in [0, ``seed_end``) (:func:`check_model_seed`),
+    ``max_prompts`` (:func:`check_max_prompts`).  Returns them checked, by name."""
+    out = {}
+    with about("ks"):
+        out["ks"] = check_ks(ks)
+    with about("max_new_tokens"):
+        out["max_new_tokens"] = int_in("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS, " (tokens)")
+    with about("seed"):
+        out["seed"] = check_model_seed(seed, end=seed_end)
+    with about("max_prompts"):
+        out["max_prompts"] = check_max_prompts(max_prompts)
+    return out
+
+
+def check_request_seeds(seed: int, prompts: int) -> None:
+    """An engine's request seeds ``seed + i`` for ``prompts`` prompts stay below :data:`ENGINE_SEED_END`
+    (InvalidInput tagged ``seed`` otherwise)."""
+    if seed + prompts - 1 >= ENGINE_SEED_END:
+        raise InvalidInput(f"seed = {seed} is invalid: the request seeds seed + prompt index (0..{prompts - 1}) "
+                           f"reach 2**32 - 1; use a seed <= {ENGINE_SEED_END - prompts}", argument="seed")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,14 +245,7 @@ class MeasureConfig(GivenSampling):
     def __post_init__(self):
         checked = {}
         with about("ks"):
-            ks = [self.ks] if isinstance(self.ks, (int, np.integer)) else self.ks
-            try:
-                checked["ks"] = tuple(positive_int("k", k, MAX_K) for k in ks)
-            except TypeError:
-                raise InvalidType(f"ks must be a draft length or a sequence of them, got {type(self.ks).__name__}") \
-                    from None
-            if not checked["ks"]:
-                raise InvalidInput("ks: give at least one draft length")
+            checked["ks"] = check_ks(self.ks)
         checked.update(self.checked_sampling())
         with about("policies"):
             checked["policies"] = tuple(parse_policies(self.policies, name="policies"))
@@ -209,12 +260,8 @@ class MeasureConfig(GivenSampling):
                 with about("dump", "save_dump", "top_k_save"):
                     raise InvalidInput("dump uses an existing dump; save_dump and top_k_save only apply to the dump "
                                        "measure_and_predict makes")
-        if self.max_prompts is not None:
-            with about("max_prompts"):
-                try:
-                    checked["max_prompts"] = check_int("max_prompts", self.max_prompts, 1)
-                except (InvalidInput, InvalidType) as exc:
-                    raise type(exc)(f"max_prompts = {self.max_prompts!r} is invalid: use a positive count") from None
+        with about("max_prompts"):
+            checked["max_prompts"] = check_max_prompts(self.max_prompts)
         if self.trials is not None:
             with about("trials"):
                 checked["trials"] = check_trials(self.trials, "bernoulli")

@@ -431,3 +431,41 @@ def test_measure_config_tags_its_errors_and_is_one_way_in(tmp_path, monkeypatch)
     with pytest.raises(InvalidInput) as exc:
         hf.measure_and_predict("no-model", ["ngram"], "p.txt", dump=str(tmp_path / "none.npz"))
     assert exc.value.argument == "dump"
+
+
+# ------------------------------------------------------------------ measure --engine vllm / llamacpp
+
+ENGINE_RUN_BAD = [("--max-prompts", "-3"), ("--max-prompts", "0"), ("--seed", "-1"), ("--seed", str(2 ** 32 - 1)),
+                  ("--max-new-tokens", "0"), ("--k", "0")]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "llamacpp"])
+@pytest.mark.parametrize("flag, value", ENGINE_RUN_BAD)
+def test_engine_run_settings_are_the_librarys_and_come_first(tmp_path, monkeypatch, engine, flag, value):
+    """The engines' measurements check --k, --max-new-tokens, --seed and --max-prompts in the library
+    (fastspec.runs.check_run) before anything else: --max-prompts -3 used to slice the last three prompts off,
+    and --seed -1 reached llama.cpp as its random seed (a uint32 2**32 - 1)."""
+    monkeypatch.setenv("FASTSPEC_VLLM_PYTHON", str(tmp_path / "no-python"))
+    monkeypatch.setenv("FASTSPEC_LLAMACPP_BIN", str(tmp_path / "no-bin"))
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a b\nc d\n")
+    line = one_line(run("measure", "--engine", engine, "--ignore-eos", "--target", tmp_path / "no-model", "--draft",
+                        "ngram", "--prompts", prompts, flag, value), f"{flag} {value}")
+    assert "no-model" not in line and "no-bin" not in line
+
+
+def test_engine_request_seeds_stay_below_the_random_seed():
+    from fastspec.errors import InvalidInput
+    from fastspec.runs import ENGINE_SEED_END, check_request_seeds, check_run
+
+    assert ENGINE_SEED_END == 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed
+    check_request_seeds(ENGINE_SEED_END - 3, 3)  # seeds up to 2**32 - 2
+    with pytest.raises(InvalidInput) as exc:
+        check_request_seeds(ENGINE_SEED_END - 3, 4)
+    assert exc.value.argument == "seed" and "use a seed <= 4294967291" in str(exc.value)
+    assert check_run(ks=[4, 2], max_new_tokens=8, seed=5, max_prompts=None, seed_end=ENGINE_SEED_END) == {
+        "ks": (4, 2), "max_new_tokens": 8, "seed": 5, "max_prompts": None}
+    with pytest.raises(InvalidInput) as exc:
+        check_run(ks=1, max_new_tokens=8, seed=ENGINE_SEED_END, seed_end=ENGINE_SEED_END)
+    assert exc.value.arguments == ("seed",)
+

@@ -453,3 +453,23 @@ def test_ngram_simple_specs_are_parsed_and_others_refused():
     for bad in ("ngram-simple:0", "ngram-simple:x", "ngram-map-k", "ngram.vllm"):
         with pytest.raises(InvalidInput, match="ngram-simple or ngram-simple:N"):
             check_drafts([bad])
+
+
+def test_request_seeds_that_reach_the_random_seed_are_refused_before_any_server_starts(tmp_path):
+    """Every request seed seed + prompt index stays below 2**32 - 1, llama.cpp's random seed (a request's seed is a
+    uint32: larger values wrap): checked once the prompts are counted, before the binary is looked for."""
+    from fastspec.engines.llamacpp.measure import measure_llamacpp
+    from fastspec.params import SamplingParams
+
+    _gguf_or_skip()
+    target = write_llama(tmp_path / "t.gguf")
+    draft = write_llama(tmp_path / "d.gguf", noise=0.05)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("The cat\nThe dog\nThe king\n")
+    kwargs = dict(sampling=SamplingParams(temperature=0), max_new_tokens=8, binary=str(tmp_path / "no-build"))
+    with pytest.raises(InvalidInput) as exc:
+        measure_llamacpp(target, [f"d={draft}"], str(prompts), [2], seed=2 ** 32 - 3, **kwargs)
+    assert exc.value.argument == "seed" and "reach 2**32 - 1; use a seed <= 4294967292" in str(exc.value)
+    with pytest.raises(Exception) as exc:  # 2**32 - 4 + 2 = 2**32 - 2: on to the binary, which is not there
+        measure_llamacpp(target, [f"d={draft}"], str(prompts), [2], seed=2 ** 32 - 4, **kwargs)
+    assert "no-build" in str(exc.value)

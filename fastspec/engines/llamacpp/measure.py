@@ -47,6 +47,7 @@ import numpy as np
 
 from ...errors import InvalidInput
 from ...params import SamplingParams
+from ...runs import ENGINE_SEED_END, check_request_seeds, check_run
 from ..conventions import Counters, expected_counters
 from .ngram import DEFAULT_SIZE_N, NgramSimple, NgramSimpleSteps, ngram_simple_counters, ngram_simple_time
 from .conventions import DRAFT_SAMPLING, DRAFT_TOP_K, LLAMACPP, draft_cap, draft_length, processed_top, \
@@ -388,6 +389,8 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
     """llama.cpp's own speculative decoding of ``target`` with GGUF ``drafts`` against fastspec's prediction
     (module docstring).  Every argument is checked, and the binary found, before any server starts."""
     say = progress or (lambda _m: None)
+    run = check_run(ks=ks, max_new_tokens=max_new_tokens, seed=seed, max_prompts=max_prompts, seed_end=ENGINE_SEED_END)
+    ks, max_new_tokens, seed, max_prompts = run["ks"], run["max_new_tokens"], run["seed"], run["max_prompts"]
     method = draft_sample_method or DRAFT_SAMPLING[0]
     if method not in DRAFT_SAMPLING:
         raise _bad("draft_sample_method", f"draft_sample_method {method} is unknown; choose one of: "
@@ -402,6 +405,7 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
     lines = read_prompt_lines(prompts)[:max_prompts]
     if not lines:
         raise _bad("prompts", f"prompts {prompts}: no prompt in it")
+    check_request_seeds(seed, len(lines))
     check_vocabularies(target, parsed)
     ks = sorted({int(k) for k in ks})
     exe = find_binary(binary)

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 
 from ...errors import InvalidInput
 from ...params import SamplingParams
+from ...runs import ENGINE_SEED_END, check_request_seeds, check_run
 from .compare import EngineComparison, EngineDraft, compare_vllm
 from .conventions import DRAFT_SAMPLE_METHODS
 from .runner import find_python
@@ -82,6 +83,8 @@ def measure_vllm(target: str, drafts: Sequence[str], prompts: str, ks: Sequence[
     ``$FASTSPEC_VLLM_PYTHON``); ``runs_dir``: keep every run's token ids and counters there (JSON).  Every
     argument is checked, and vLLM's environment found, before ``before_hf()`` runs (the command line prepares
     torch there) and before any model loads."""
+    run = check_run(ks=ks, max_new_tokens=max_new_tokens, seed=seed, max_prompts=max_prompts, seed_end=ENGINE_SEED_END)
+    ks, max_new_tokens, seed, max_prompts = run["ks"], run["max_new_tokens"], run["seed"], run["max_prompts"]
     method = check_draft_sample_method(draft_sample_method)
     if runs_dir is not None and os.path.exists(runs_dir) and not os.path.isdir(runs_dir):
         raise _bad("runs_dir", f"runs_dir {runs_dir}: exists and is not a directory")
@@ -102,6 +105,7 @@ def measure_vllm(target: str, drafts: Sequence[str], prompts: str, ks: Sequence[
         ids = ids[:max_prompts]
     if len(ids) < 2:
         raise _bad("prompts", f"prompts {prompts}: give at least two prompts (the intervals are over prompts)")
+    check_request_seeds(seed, len(ids))
     teacher = TeacherCache()
 
     def run_audit(_name, outputs):
