@@ -100,7 +100,7 @@ from .errors import InvalidInput, InvalidType, about, config_or_settings
 from .gof import (POOLED_TESTS, SURPRISAL_FLOOR, ad_pvalue, ad_statistic, argmax_score_pvalue, ks_pvalue,
                   ks_statistic, normal_z_p, poisson_binomial_sf, surprisal_score_pvalue)
 from .io.tokens import MAX_TOKEN_FILE_BYTES, TokenRecord, check_token_ids, read_token_file
-from .params import GivenSampling
+from .params import GivenSampling, SamplingParams
 
 __all__ = ["OutputAudit", "AuditConfig", "AuditResult", "GroupResult", "audit_output", "ks_pvalue", "ks_statistic",
            "ad_statistic", "ad_pvalue", "poisson_binomial_sf", "argmax_score_pvalue", "surprisal_score_pvalue",
@@ -265,12 +265,13 @@ class OutputAudit:
 
     def __init__(self, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, epsilon=DEFAULT_EPSILON,
                  alpha=DEFAULT_ALPHA, tail_tolerance=DEFAULT_TAIL_TOLERANCE,
-                 greedy_tolerance=DEFAULT_GREEDY_TOLERANCE, config: AuditConfig | None = None):
+                 greedy_tolerance=DEFAULT_GREEDY_TOLERANCE, sampling: SamplingParams | None = None,
+                 config: AuditConfig | None = None):
         from ._numba.rng import seed_bits
 
         c = config_or_settings(AuditConfig, config, dict(
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, epsilon=epsilon, alpha=alpha,
-            tail_tolerance=tail_tolerance, greedy_tolerance=greedy_tolerance))
+            sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+            epsilon=epsilon, alpha=alpha, tail_tolerance=tail_tolerance, greedy_tolerance=greedy_tolerance))
         self.config = c
         self.params = c.params
         self._seed_bits = seed_bits(c.seed)

@@ -27,7 +27,7 @@ import numpy as np
 from .errors import InvalidInput, InvalidType, about
 
 __all__ = ["SamplingParams", "RowParams", "per_row", "MIN_TEMPERATURE", "NAMES", "format_value", "sampling_overrides",
-           "SamplingSettings", "GivenSampling"]
+           "SamplingSettings", "GivenSampling", "given_sampling"]
 
 MIN_TEMPERATURE = 1e-300
 NAMES = ("temperature", "top_k", "top_p", "min_p")
@@ -194,25 +194,47 @@ class SamplingSettings:
         return sampling_overrides(self.sampling, {n: getattr(self, n) for n in NAMES})
 
 
+def _at_default(name: str, value) -> bool:
+    """``value`` of setting ``name`` is None or its default (no processing)."""
+    return value is None or (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+                             and value == _DEFAULTS[name])
+
+
+def given_sampling(sampling=None, temperature=None, top_k=None, top_p=None, min_p=None) -> SamplingParams:
+    """The sampling of an entry point with no dump to take it from (a real-model run, an output audit, a save):
+    ``sampling`` (a :class:`SamplingParams`) or the four settings one by one (None or the default: not given, no
+    processing), not both (:func:`sampling_overrides`: InvalidInput tagged ``sampling``); validated, the setting at
+    fault tagged (``exc.arguments``)."""
+    loose = dict(zip(NAMES, (temperature, top_k, top_p, min_p), strict=True))
+    if sampling is not None:
+        loose = {n: (None if _at_default(n, v) else v) for n, v in loose.items()}
+    return SamplingParams(**sampling_overrides(sampling, loose))
+
+
 @dataclass(frozen=True, kw_only=True)
 class GivenSampling:
     """The sampling settings of a config with no dump to take them from (a real-model run, an output audit), a base
-    of its frozen dataclass: ``temperature``, ``top_k``, ``top_p``, ``min_p`` (None: the default), checked by
-    :meth:`checked_sampling` with the setting at fault tagged (``exc.arguments``); :attr:`params`."""
+    of its frozen dataclass: ``sampling`` (a :class:`SamplingParams`) or ``temperature``, ``top_k``, ``top_p``,
+    ``min_p`` one by one (None: the default), not both (:func:`given_sampling`), checked by :meth:`checked_sampling`
+    with the setting at fault tagged (``exc.arguments``); :attr:`params` is the one configuration."""
 
+    sampling: Any = None
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
 
     def checked_sampling(self) -> dict:
-        """The four settings validated (:func:`sampling_overrides`), defaults filled in."""
-        return SamplingParams(**sampling_overrides(None, {n: getattr(self, n) for n in NAMES})).as_dict()
+        """Validate the settings; returns what the four fields hold after construction: the validated values,
+        defaults filled in -- or, with ``sampling``, nothing (the fields stay as given, so ``dataclasses.replace``
+        of another field keeps working; :attr:`params` is ``sampling``'s)."""
+        params = self.params
+        return {} if self.sampling is not None else params.as_dict()
 
     @property
     def params(self) -> SamplingParams:
         """The settings as one :class:`SamplingParams`."""
-        return SamplingParams(self.temperature, self.top_k, self.top_p, self.min_p)
+        return given_sampling(self.sampling, *(getattr(self, n) for n in NAMES))
 
 
 class RowParams(NamedTuple):

@@ -211,7 +211,7 @@ class DumpConfig(GivenSampling):
         if self.costs is not True:
             return None
         return CostMeasureConfig(ks=self.cost_k, repeats=self.cost_repeats, seed=self.seed,
-                                 **self.checked_sampling())
+                                 **self.params.as_dict())
 
 
 @dataclass(frozen=True, kw_only=True)

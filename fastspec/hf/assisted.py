@@ -264,7 +264,7 @@ def _counting(target, draft, rec: dict):
 
 def hf_assisted_generate(target, draft, input_ids, *, settings: AssistantSettings | None = None, k: int | None = None,
                          temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128,
-                         eos_token_id=None) -> HFAssistedResult:
+                         eos_token_id=None, sampling=None) -> HFAssistedResult:
     """Hugging Face's assisted generation of ``target`` with the assistant ``draft`` (a model; None with
     ``settings.prompt_lookup``: transformers' prompt lookup), counted (module docstring).
 
@@ -274,7 +274,7 @@ def hf_assisted_generate(target, draft, input_ids, *, settings: AssistantSetting
     ``eos_token_id=None``: no EOS, exactly ``max_new_tokens`` tokens (checked: a shorter output is an error)."""
     from .args import as_token_ids, check_max_new_tokens, eos_set
     from .loop import hf_generation_config, run_hf_generate, start_numba_pool
-    from ..params import SamplingParams
+    from ..params import given_sampling
 
     if k is not None and settings is not None:
         raise InvalidInput("hf_assisted_generate: give settings or k, not both")
@@ -284,7 +284,7 @@ def hf_assisted_generate(target, draft, input_ids, *, settings: AssistantSetting
     if (draft is None) != (settings.prompt_lookup is not None):
         raise InvalidInput("hf_assisted_generate: draft must be a model, except with prompt-lookup settings "
                            "(AssistantSettings.ngram), which take draft=None")
-    params = SamplingParams(temperature, top_k, top_p, min_p)
+    params = given_sampling(sampling, temperature, top_k, top_p, min_p)
     seq = as_token_ids(input_ids)
     n_new = check_max_new_tokens(max_new_tokens)
     eos = sorted(eos_set(eos_token_id))

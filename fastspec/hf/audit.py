@@ -20,6 +20,7 @@ import numpy as np
 from ..audit import (DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_GREEDY_TOLERANCE, DEFAULT_TAIL_TOLERANCE, AuditConfig,
                      AuditResult, OutputAudit, TokenRecord, check_token_ids, read_token_file)
 from ..errors import InvalidInput, config_or_settings
+from ..params import SamplingParams
 from .teacher import teacher_forced_logit_chunks, vocab_size
 
 __all__ = ["teacher_forced_logit_chunks", "audit_model_output", "write_token_file", "read_token_file", "vocab_size",
@@ -43,15 +44,15 @@ def audit_model_output(model, records: Iterable, *, temperature=1.0, top_k=0, to
                        epsilon=DEFAULT_EPSILON, alpha=DEFAULT_ALPHA, tail_tolerance=DEFAULT_TAIL_TOLERANCE,
                        greedy_tolerance=DEFAULT_GREEDY_TOLERANCE, chunk: int | None = None,
                        progress: Callable[[int], None] | None = None,
-                       config: AuditConfig | None = None) -> AuditResult:
+                       sampling: SamplingParams | None = None, config: AuditConfig | None = None) -> AuditResult:
     """Audit emitted tokens against ``model`` (a causal LM, :func:`fastspec.hf.load_model`) under the sampling
     config: ``records`` are :class:`TokenRecord` (from :func:`read_token_file`) or ``(prompt_token_ids,
     token_ids)`` pairs, one per prompt.  The settings are an :class:`fastspec.audit.AuditConfig` (``config``) or
     its fields as arguments, not both; they are checked first, then the ids against the model's vocabulary and the
     contexts against its position limit, all before any forward.  ``progress(1)`` after each prompt."""
     config = config_or_settings(AuditConfig, config, dict(
-        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, epsilon=epsilon, alpha=alpha,
-        tail_tolerance=tail_tolerance, greedy_tolerance=greedy_tolerance))
+        sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+        epsilon=epsilon, alpha=alpha, tail_tolerance=tail_tolerance, greedy_tolerance=greedy_tolerance))
     recs = []
     for i, r in enumerate(records):
         if isinstance(r, TokenRecord):

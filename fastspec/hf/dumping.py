@@ -146,7 +146,8 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
                 top_k_save: int | None = None, seed: int = 0, eos_token_id=None, ignore_eos: bool = False,
                 dtype="float16", compressed: bool | None = None, costs=True, cost_k: Sequence[int] = DEFAULT_COST_K,
                 cost_repeats: int = 10, progress: Callable[[int], None] | None = None,
-                cost_progress: Callable[[int], None] | None = None, config: DumpConfig | None = None) -> str:
+                cost_progress: Callable[[int], None] | None = None, sampling: SamplingParams | None = None,
+                config: DumpConfig | None = None) -> str:
     """Write a logit dump of ``target`` and ``drafts`` ({name: model or NgramProposer}) over ``prompts`` (lists of
     token ids); returns the path written.
 
@@ -172,9 +173,9 @@ def dump_logits(out, target, drafts: Mapping | None, prompts: Sequence[Sequence[
     ``cost_progress(1)`` after each cost-measurement round.  The settings are a :class:`fastspec.runs.DumpConfig`
     (``config``: its bounds) or its fields as arguments, not both; they are checked first."""
     c = config_or_settings(DumpConfig, config, dict(
-        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        top_k_save=top_k_save, seed=seed, ignore_eos=ignore_eos, dtype=dtype, compressed=compressed, costs=costs,
-        cost_k=cost_k, cost_repeats=cost_repeats))
+        max_new_tokens=max_new_tokens, sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p,
+        min_p=min_p, top_k_save=top_k_save, seed=seed, ignore_eos=ignore_eos, dtype=dtype, compressed=compressed,
+        costs=costs, cost_k=cost_k, cost_repeats=cost_repeats))
     params, n_new, top_k_save, seed, ignore_eos = c.params, c.max_new_tokens, c.top_k_save, c.seed, c.ignore_eos
     store, compressed, costs, cost_k = np.dtype(c.dtype), c.compressed, c.costs, c.cost_k
     cost_config = c.cost_config  # the cost measurement's settings, checked before any generation

@@ -37,7 +37,7 @@ import torch
 from ..verify import verify_logits
 from ..errors import InvalidInput, shown
 from ..ngram import NgramProposer, propose
-from ..params import SamplingParams
+from ..params import SamplingParams, given_sampling
 from ..processing import probabilities, sample_tokens
 from .args import as_token_ids, check_k, check_max_new_tokens, eos_set
 from .runner import KVRunner
@@ -135,7 +135,7 @@ class GenerateResult:
 
 
 def generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128,
-             eos_token_id=None, use_cache=True, on_logits=None) -> np.ndarray:
+             eos_token_id=None, use_cache=True, on_logits=None, sampling: SamplingParams | None = None) -> np.ndarray:
     """Plain autoregressive sampling from ``model`` (the reference the speculative loop is compared with).
 
     Token i is drawn from the processed distribution of the model's logits (:func:`fastspec.probabilities`) by
@@ -145,18 +145,19 @@ def generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0
     [n] generated tokens.  One forward per token, the first over the whole prompt (:func:`timed_generate` also
     returns the times, and prefills the prompt apart)."""
     return timed_generate(model, input_ids, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                          seed=seed, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                          sampling=sampling, seed=seed, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                           use_cache=use_cache, on_logits=on_logits, prefill=False).tokens
 
 
 @torch.inference_mode()
 @serial_kernels
 def timed_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128,
-                   eos_token_id=None, use_cache=True, on_logits=None, prefill: bool = True) -> GenerateResult:
+                   eos_token_id=None, use_cache=True, on_logits=None, prefill: bool = True,
+                   sampling: SamplingParams | None = None) -> GenerateResult:
     """:func:`generate` with its clock (:class:`GenerateResult`): the prompt before its last token is
     prefilled into the KV cache (timed apart), then each token costs one decoding forward and one draw.
     ``prefill=False``: no separate prefill (``prefill_s`` = 0; the first forward covers the whole prompt)."""
-    params = SamplingParams(temperature, top_k, top_p, min_p)
+    params = given_sampling(sampling, temperature, top_k, top_p, min_p)
     seq, n_new, eos, rng = _loop_inputs(input_ids, max_new_tokens, eos_token_id, seed)
     t_start = time.perf_counter()
     run = KVRunner(model, use_cache)
@@ -229,7 +230,7 @@ def run_hf_generate(model, seq: list, config, seed: int, **kwargs):
 
 @torch.inference_mode()
 def hf_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128,
-                eos_token_id=None) -> GenerateResult:
+                eos_token_id=None, sampling: SamplingParams | None = None) -> GenerateResult:
     """Plain decoding with Hugging Face ``model.generate`` under the same settings, timed: the reference that
     fastspec's own runner (:func:`timed_generate`) is compared with.
 
@@ -240,7 +241,7 @@ def hf_generate(model, input_ids, *, temperature=1.0, top_k=0, top_p=1.0, min_p=
     ``prefill_s`` is the time to the first token and ``decode_tokens`` excludes it.  Only a generation
     config built here is used (no sampling defaults of the model's own)."""
     start_numba_pool()  # as the runner's loops do, so both time torch on the same threads
-    params = SamplingParams(temperature, top_k, top_p, min_p)
+    params = given_sampling(sampling, temperature, top_k, top_p, min_p)
     seq = as_token_ids(input_ids)
     n_new = check_max_new_tokens(max_new_tokens)
     eos = sorted(eos_set(eos_token_id))
@@ -358,7 +359,7 @@ def as_policy(policy, ngram: bool):
 def speculative_generate(target, draft, input_ids, k: int = 4, temperature: float = 1.0, top_k: int = 0,
                          top_p: float = 1.0, min_p: float = 0.0, seed: int = 0, max_new_tokens: int = 128, *,
                          eos_token_id=None, use_cache: bool = True, return_trace: bool = False,
-                         policy=None) -> SpecResult:
+                         policy=None, sampling: SamplingParams | None = None) -> SpecResult:
     """Speculative sampling with real models; :func:`fastspec.verify_logits` decides every step.
 
     Per step (batch size 1) at most ``d = min(k, max_new_tokens - generated - 1)`` tokens are drafted:
@@ -389,9 +390,10 @@ def speculative_generate(target, draft, input_ids, k: int = 4, temperature: floa
     transformers does).  At temperature 0 the confidence is the draft's softmax at temperature 1 (the processed q
     is one-hot; Hugging Face's greedy ``ConfidenceCriteria`` reads the unwarped scores).  Every decision reads
     only drafted tokens and their probabilities, so verification stays exact.  Policies other than ``fixed`` need
-    a draft model.
+    a draft model.  Every entry point of the loop takes its sampling as ``sampling`` (a :class:`SamplingParams`) or
+    as the four settings, not both.
     """
-    params = SamplingParams(temperature, top_k, top_p, min_p)
+    params = given_sampling(sampling, temperature, top_k, top_p, min_p)
     sp = params.as_dict()
     seq, n_new, eos, rng = _loop_inputs(input_ids, max_new_tokens, eos_token_id, seed)
     ngram = as_ngram(draft)

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..ngram import NgramProposer
-from ..params import SamplingParams
+from ..params import SamplingParams, given_sampling
 from ..policies import parse_policy, sklearn_available
 from .args import as_token_ids, check_generation_positions, check_k, check_max_new_tokens, positive_int
 from .assisted import HF_DEFAULTS, AssistantSettings, hf_assisted_generate
@@ -335,7 +335,7 @@ def measure(target, drafts: Mapping, prompts: Sequence[Sequence[int]], ks: Seque
             top_k=0, top_p=1.0, min_p=0.0, seed=0, max_new_tokens=128, eos_token_id=None, ignore_eos: bool = False,
             repeats: int = 1, plain: bool = True, hf_generate: bool = False, warmup: bool = True,
             progress: Callable[[int], None] | None = None, policies: Sequence = (),
-            hf_engine: bool = False) -> Measurement:
+            hf_engine: bool = False, sampling: SamplingParams | None = None) -> Measurement:
     """Run plain decoding, optionally Hugging Face ``generate``, and :func:`fastspec.hf.speculative_generate`
     for every (draft, k) over every prompt (``repeats`` times each), interleaved round-robin per prompt and
     repeat with a rotating start (module docstring), and aggregate.
@@ -350,7 +350,7 @@ def measure(target, drafts: Mapping, prompts: Sequence[Sequence[int]], ks: Seque
     Face's assisted generation (module docstring).  ``progress(1)`` is called after each timed run.  Returns a
     :class:`Measurement` (its results: fixed k per draft, then the policies, then the HF engine's rows)."""
 
-    params = SamplingParams(temperature, top_k, top_p, min_p)
+    params = given_sampling(sampling, temperature, top_k, top_p, min_p)
     ks = [check_k(k) for k in ks]
     max_new_tokens = check_max_new_tokens(max_new_tokens)
     repeats = positive_int("repeats", repeats)

@@ -25,6 +25,7 @@ import torch
 from ..costs import CostTable
 from ..errors import about, config_or_settings
 from ..ngram import NgramProposer
+from ..params import SamplingParams
 from ..runs import MeasureConfig
 from .args import check_generation_positions
 from .timing import DEFAULT_WARMUP, check_cost_context, measure_costs
@@ -87,7 +88,8 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
                         max_new_tokens: int = 64, ignore_eos: bool = False, seed: int = 0, repeats: int = 1,
                         max_prompts: int | None = None, dump=None, save_dump=None, top_k_save: int | None = None,
                         costs=None, cost_repeats: int = 20, hf_generate: bool = True, trials: int | None = None,
-                        policies: Sequence = (), config: MeasureConfig | None = None,
+                        policies: Sequence = (), sampling: SamplingParams | None = None,
+                        config: MeasureConfig | None = None,
                         progress: Progress | None = None, hf_engine: bool = False) -> MeasureReport:
     """Measure the real speculative loop of ``target`` with ``drafts`` over ``prompts`` for every k of ``ks``,
     against plain decoding, next to the prediction from a dump and a cost table (module docstring).
@@ -108,9 +110,10 @@ def measure_and_predict(target, drafts: Mapping[str, str] | Sequence[str], promp
     generation, predicted by :func:`~fastspec.hf.prediction.predict` with ``policies``; a cost table measured now
     then covers every draft length up to the largest a policy can draft."""
     c = config_or_settings(MeasureConfig, config, dict(
-        ks=ks, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, max_new_tokens=max_new_tokens,
-        ignore_eos=ignore_eos, seed=seed, repeats=repeats, max_prompts=max_prompts, dump=dump, save_dump=save_dump,
-        top_k_save=top_k_save, costs=costs, cost_repeats=cost_repeats, hf_generate=hf_generate, trials=trials,
+        ks=ks, sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        max_new_tokens=max_new_tokens, ignore_eos=ignore_eos, seed=seed, repeats=repeats, max_prompts=max_prompts,
+        dump=dump, save_dump=save_dump, top_k_save=top_k_save, costs=costs, cost_repeats=cost_repeats,
+        hf_generate=hf_generate, trials=trials,
         policies=policies))
     stage = progress or _quiet
     ks, params, max_new_tokens, seed = list(c.ks), c.params, c.max_new_tokens, c.seed

@@ -61,12 +61,12 @@ def speedup_ci(tokens, seconds, base_tokens, base_seconds) -> tuple[float, float
 
 
 def prediction_over_prompts(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None, top_k=None,
-                            top_p=None, min_p=None) -> dict[tuple[str, int], tuple[float, float, float]]:
+                            top_p=None, min_p=None, sampling=None) -> dict[tuple[str, int], tuple[float, float, float]]:
     """{(draft, k): (estimate, se, ci95 half-width)}: the exact prediction of the mean acceptance length with
     its uncertainty over prompts.  Each recorded trajectory is one sample: expected tokens and verify steps per
     prompt from the trajectory DP (:func:`fastspec.expected_tokens_per_step`), combined by :func:`ratio_ci`.
-    Sampling parameters default to the dump's recorded ones.  Dense dumps only: a sparse dump has only bounds,
-    and gives ``{}``."""
+    Sampling parameters (``sampling``, a :class:`fastspec.SamplingParams`, or one by one) default to the dump's
+    recorded ones.  Dense dumps only: a sparse dump has only bounds, and gives ``{}``."""
     from ..acceptance import dump_acceptance, expected_tokens_per_step
     from ..io import open_dump
 
@@ -74,7 +74,7 @@ def prediction_over_prompts(dump, drafts: Sequence[str], ks: Sequence[int], *, t
     with open_dump(dump) as d:
         if d.kind != "dense":
             return out
-        accs = dump_acceptance(d, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        accs = dump_acceptance(d, sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                drafts=list(drafts))
         L = d.lengths.astype(np.int64)
         for name in drafts:
@@ -195,7 +195,7 @@ def _cost_table(costs, ngram: Mapping):
 
 def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None, top_k=None, top_p=None,
             min_p=None, trials=None, seed: int = 0, ngram: Mapping | None = None, costs=None,
-            policies: Sequence = ()) -> Prediction:
+            policies: Sequence = (), sampling=None) -> Prediction:
     """``simulate``'s prediction for every (draft, k) of ``dump`` (model drafts by name) and of the n-gram
     drafts ``ngram`` ({name: :class:`fastspec.ngram.NgramProposer`}, replayed from the dump's prompt and
     generated tokens: a dense dump, or a greedy analysis), with the exact mean acceptance length's interval over
@@ -203,11 +203,12 @@ def predict(dump, drafts: Sequence[str], ks: Sequence[int], *, temperature=None,
     with the same models, for the predicted speed-ups (:meth:`Prediction.speedup`); None: the dump's recorded
     table if any; False: none.  ``policies``: draft-length policies (specs or Policies) evaluated for every model
     draft by :func:`fastspec.simulation.policy_eval.evaluate_policy` (``trials`` Monte-Carlo replays where it is
-    not exact, ``seed``; :meth:`Prediction.policy_figures`); a sparse dump gives a note instead."""
+    not exact, ``seed``; :meth:`Prediction.policy_figures`); a sparse dump gives a note instead.  Sampling
+    (``sampling``, a :class:`fastspec.SamplingParams`, or one by one): the dump's recorded settings by default."""
     from ..simulation import simulate
     from ..ngram import ngram_name
 
-    settings = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    settings = dict(sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     drafts = list(drafts)
     ngram = dict(ngram or {})
     names = {name: ngram_name(p) for name, p in ngram.items()}

@@ -199,7 +199,8 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
                   prompts: Sequence[Sequence[int]] | None = None, max_new_tokens: int = 64, repeats: int = 20,
                   warmup: int = DEFAULT_WARMUP, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                   min_p: float = 0.0, seed: int = 0, progress: Callable[[int], None] | None = None,
-                  batches: Sequence[int] | None = None, config: CostMeasureConfig | None = None) -> CostTable:
+                  batches: Sequence[int] | None = None, sampling: SamplingParams | None = None,
+                  config: CostMeasureConfig | None = None) -> CostTable:
     """Measure the cost table of the real loop for ``target`` and ``drafts`` on this machine (module docstring).
 
     ``drafts``: {name: model or :class:`fastspec.ngram.NgramProposer`} (none: the target's entries and the plain
@@ -219,7 +220,8 @@ def measure_costs(target, drafts: Mapping | None = None, *, kmax: int = 4, ks: S
     arguments, not both; they are checked first (``context``, ``prompts`` and ``progress`` are not settings)."""
     c = config_or_settings(CostMeasureConfig, config, dict(
         ks=ks, kmax=kmax, context_length=context_length, max_new_tokens=max_new_tokens, repeats=repeats,
-        warmup=warmup, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, batches=batches))
+        warmup=warmup, sampling=sampling, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+        batches=batches))
     params = c.params
     sp = params.as_dict()
     ks, context_length, max_new_tokens, repeats, warmup, seed, batches = (

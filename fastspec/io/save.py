@@ -8,6 +8,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import InvalidInput, InvalidType
+from ..params import NAMES, sampling_overrides
 from .dump import Dump
 from .format import SPARSE_KINDS, array_name, check_draft_name
 
@@ -98,7 +99,7 @@ def _provenance_array(provenance) -> np.ndarray:
 def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=None, top_k=None, top_p=None,
               min_p=None, vocab_size=None, layout: str = "auto", compressed: bool = False, prompt_tokens=None,
               prompt_lengths=None, ignore_eos=None, costs=None, sampled_logprobs=None, extras=None,
-              logprobs_mode=None, provenance=None) -> str:
+              logprobs_mode=None, provenance=None, sampling=None) -> str:
     """Validate and write a dump; returns the path written.
 
     ``target``: dense logits [N, T, V] / [T, V], or a sparse pair ``(topk_ids, topk_logprobs)``.
@@ -109,7 +110,9 @@ def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=No
     Sparse dumps, optional (:mod:`fastspec.io.known`): ``sampled_logprobs`` {"target" or draft name: float
     [N, T]} (the logprob of ``tokens`` at each position), ``extras`` {"target" or draft name: (ids [N, T, m],
     logprobs [N, T, m])} (ids outside the top-k with known logprobs; id -1 / logprob -inf in unused slots),
-    ``logprobs_mode`` ("raw" or "processed") and ``provenance`` (a dict or JSON text of an object).
+    ``logprobs_mode`` ("raw" or "processed") and ``provenance`` (a dict or JSON text of an object).  The sampling
+    the trajectories were drawn with is recorded from ``sampling`` (a :class:`fastspec.SamplingParams`, all four
+    settings) or ``temperature`` / ``top_k`` / ``top_p`` / ``min_p`` (None: not recorded), not both.
     ``layout``: "npz" (one zip; ``compressed=True`` deflates it), "dir" (a directory of ``.npy``, which
     can be memory-mapped) or "auto" (a path ending in ``.npz`` is a zip, otherwise a directory).
     The arrays go through exactly the checks :func:`fastspec.io.load_dump` applies, before anything is written.
@@ -124,6 +127,9 @@ def save_dump(path, target, drafts, *, tokens=None, lengths=None, temperature=No
         layout = "npz" if path.endswith(".npz") else "dir"
     if layout == "npz" and not path.endswith(".npz"):
         raise InvalidInput(f"path {path!r}: an npz layout needs a name ending in .npz", argument="path")
+    if sampling is not None:
+        given = sampling_overrides(sampling, dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p))
+        temperature, top_k, top_p, min_p = (given[name] for name in NAMES)
     meta = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, vocab_size=vocab_size,
                 prompt_tokens=prompt_tokens, prompt_lengths=prompt_lengths,
                 ignore_eos=None if ignore_eos is None else bool(ignore_eos))
