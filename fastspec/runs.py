@@ -102,6 +102,13 @@ def check_run(*, ks, max_new_tokens, seed, max_prompts=None, seed_end: int = SEE
     return out
 
 
+def check_top_k_save(top_k_save) -> int | None:
+    """None (a dense dump) or the width of a sparse one: 1..:data:`~fastspec.config.MAX_WIDTH`."""
+    if top_k_save is None:
+        return None
+    return int_in("top_k_save", top_k_save, 1, MAX_WIDTH, " (2**24, the widest row a dump holds)")
+
+
 def check_request_seeds(seed: int, prompts: int) -> None:
     """An engine's request seeds ``seed + i`` for ``prompts`` prompts stay below :data:`ENGINE_SEED_END`
     (InvalidInput tagged ``seed`` otherwise)."""
@@ -178,10 +185,8 @@ class DumpConfig(GivenSampling):
         checked = self.checked_sampling()
         with about("max_new_tokens"):
             checked["max_new_tokens"] = int_in("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS, " (tokens)")
-        if self.top_k_save is not None:
-            with about("top_k_save"):
-                checked["top_k_save"] = int_in("top_k_save", self.top_k_save, 1, MAX_WIDTH,
-                                               " (2**24, the widest row a dump holds)")
+        with about("top_k_save"):
+            checked["top_k_save"] = check_top_k_save(self.top_k_save)
         with about("seed"):
             checked["seed"] = check_model_seed(self.seed)
         _check_bool("ignore_eos", self.ignore_eos)
@@ -266,11 +271,11 @@ class MeasureConfig(GivenSampling):
             with about("trials"):
                 checked["trials"] = check_trials(self.trials, "bernoulli")
         for name, high, note in (("repeats", MAX_REPEATS, "runs"), ("cost_repeats", MAX_REPEATS, "rounds"),
-                                 ("max_new_tokens", MAX_NEW_TOKENS, "tokens"),
-                                 ("top_k_save", MAX_WIDTH, "2**24, the widest row a dump holds")):
-            if getattr(self, name) is not None or name != "top_k_save":
-                with about(name):
-                    checked[name] = int_in(name, getattr(self, name), 1, high, f" ({note})")
+                                 ("max_new_tokens", MAX_NEW_TOKENS, "tokens")):
+            with about(name):
+                checked[name] = int_in(name, getattr(self, name), 1, high, f" ({note})")
+        with about("top_k_save"):
+            checked["top_k_save"] = check_top_k_save(self.top_k_save)
         with about("seed"):
             checked["seed"] = check_model_seed(self.seed)
         _check_bool("ignore_eos", self.ignore_eos)
