@@ -68,9 +68,11 @@ def vocabulary(extra_words: int = 0):
 
 def write_llama(path, *, seed: int = 0, noise: float = 0.0, noise_seed: int = 1, extra_words: int = 0,
                 n_embd: int = 128, n_layer: int = 2, n_head: int = 4, n_head_kv: int = 2, n_ff: int = 256,
-                n_ctx: int = 4096, scale: float = 1.0) -> str:
+                n_ctx: int = 4096, scale: float = 1.0, bigram: bool = False) -> str:
     """Write a tiny llama GGUF (float32) at ``path`` and return it.  The weights come from ``seed``; ``noise``
-    adds ``noise`` times a standard normal (from ``noise_seed``) relative to each tensor's scale (a draft)."""
+    adds ``noise`` times a standard normal (from ``noise_seed``) relative to each tensor's scale (a draft).
+    ``bigram``: every attention output projection is zero, so the next-token distribution is a function of the
+    current token alone -- greedy output is eventually periodic, and an n-gram lookup's drafts are accepted."""
     gguf = import_gguf()
     if gguf is None:
         raise RuntimeError("the gguf package is not installed and llama.cpp's gguf-py is not found")
@@ -93,7 +95,7 @@ def write_llama(path, *, seed: int = 0, noise: float = 0.0, noise_seed: int = 1,
         add(f"blk.{i}.attn_q.weight", (n_head * head, n_embd), 2.0 / np.sqrt(n_embd))
         add(f"blk.{i}.attn_k.weight", (n_head_kv * head, n_embd), 2.0 / np.sqrt(n_embd))
         add(f"blk.{i}.attn_v.weight", (n_head_kv * head, n_embd), 1.0 / np.sqrt(n_embd))
-        add(f"blk.{i}.attn_output.weight", (n_embd, n_head * head), 2.0 / np.sqrt(n_head * head))
+        add(f"blk.{i}.attn_output.weight", (n_embd, n_head * head), 0.0 if bigram else 2.0 / np.sqrt(n_head * head))
         add(f"blk.{i}.ffn_norm.weight", (n_embd,), 0.1, 1.0)
         add(f"blk.{i}.ffn_gate.weight", (n_ff, n_embd), 1.0 / np.sqrt(n_embd))
         add(f"blk.{i}.ffn_up.weight", (n_ff, n_embd), 1.0 / np.sqrt(n_embd))
