@@ -14,6 +14,7 @@ import numpy as np
 
 from .config import DEFAULT_WARMUP, MAX_K, MAX_NEW_TOKENS, MAX_REPEATS, MAX_WARMUP, MAX_WIDTH
 from .costs.table import CostTable, parse_batch_list
+from .analysis import parse_k_list
 from .errors import InvalidInput, InvalidType, about, check_int, int_in, positive_int
 from .io import check_dump_path
 from .params import GivenSampling
@@ -63,42 +64,26 @@ _SEED_RULES = {SEED_END: f"[0, 2**63) (0..{SEED_END - 1})",
                                 "llama.cpp reads 2**32 - 1 as a random seed)"}
 
 
-def check_ks(ks) -> tuple[int, ...]:
-    """One draft length or several, each in [1, :data:`~fastspec.config.MAX_K`], in the order given."""
-    items = [ks] if isinstance(ks, (int, np.integer)) else ks
-    try:
-        out = tuple(positive_int("k", k, MAX_K) for k in items)
-    except TypeError:
-        raise InvalidType(f"ks must be a draft length or a sequence of them, got {type(ks).__name__}") from None
-    if not out:
-        raise InvalidInput("ks: give at least one draft length")
-    return out
-
-
-def check_max_prompts(max_prompts) -> int | None:
-    """None (every prompt of the file) or a count >= 1."""
-    if max_prompts is None:
-        return None
-    try:
-        return check_int("max_prompts", max_prompts, 1)
-    except (InvalidInput, InvalidType) as exc:
-        raise type(exc)(f"max_prompts = {max_prompts!r} is invalid: use a positive count") from None
-
-
 def check_run(*, ks, max_new_tokens, seed, max_prompts=None, seed_end: int = SEED_END) -> dict:
     """The settings every measurement of a real loop takes (fastspec's, vLLM's, llama.cpp's), checked one way, each
-    error tagged with its argument (:func:`fastspec.errors.about`): ``ks`` (:func:`check_ks`), ``max_new_tokens``
-    in [1, :data:`~fastspec.config.MAX_NEW_TOKENS`], ``seed`` in [0, ``seed_end``) (:func:`check_model_seed`),
-    ``max_prompts`` (:func:`check_max_prompts`).  Returns them checked, by name."""
+    error tagged with its argument (:func:`fastspec.errors.about`): ``ks`` (one draft length or several, read by the
+    library's one parser, :func:`fastspec.analysis.parse_k_list`: sorted, each once), ``max_new_tokens`` in [1,
+    :data:`~fastspec.config.MAX_NEW_TOKENS`], ``seed`` in [0, ``seed_end``) (:func:`check_model_seed`),
+    ``max_prompts`` None (every prompt of the file) or a count >= 1.  Returns them checked, by name."""
     out = {}
     with about("ks"):
-        out["ks"] = check_ks(ks)
+        out["ks"] = tuple(parse_k_list(ks))
     with about("max_new_tokens"):
         out["max_new_tokens"] = int_in("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS, " (tokens)")
     with about("seed"):
         out["seed"] = check_model_seed(seed, end=seed_end)
-    with about("max_prompts"):
-        out["max_prompts"] = check_max_prompts(max_prompts)
+    out["max_prompts"] = None
+    if max_prompts is not None:
+        with about("max_prompts"):
+            try:
+                out["max_prompts"] = check_int("max_prompts", max_prompts, 1)
+            except (InvalidInput, InvalidType) as exc:
+                raise type(exc)(f"max_prompts = {max_prompts!r} is invalid: use a positive count") from None
     return out
 
 
@@ -223,7 +208,7 @@ class DumpConfig(GivenSampling):
 class MeasureConfig(GivenSampling):
     """The settings of :func:`fastspec.hf.measure_and_predict` (its docstring), as the caller gave them; validated on
     construction (typed errors tagged with the argument at fault, ``exc.arguments``), the fields then hold the
-    validated values: ``ks`` the draft lengths in the order given, ``policies`` a tuple of
+    validated values: ``ks`` the draft lengths sorted, each once, ``policies`` a tuple of
     :class:`~fastspec.policies.DraftPolicy`, ``costs`` a :class:`~fastspec.costs.CostTable` (read now: a mapping or
     a JSON file) or None (measured with the models).  Bounds: ``max_new_tokens`` 1..:data:`fastspec.config.
     MAX_NEW_TOKENS`, ``repeats`` and ``cost_repeats`` 1..:data:`~fastspec.config.MAX_REPEATS`, ``max_prompts`` None
@@ -248,9 +233,8 @@ class MeasureConfig(GivenSampling):
     trials: int | None = None
 
     def __post_init__(self):
-        checked = {}
-        with about("ks"):
-            checked["ks"] = check_ks(self.ks)
+        checked = check_run(ks=self.ks, max_new_tokens=self.max_new_tokens, seed=self.seed,
+                            max_prompts=self.max_prompts)
         checked.update(self.checked_sampling())
         with about("policies"):
             checked["policies"] = tuple(parse_policies(self.policies, name="policies"))
@@ -265,19 +249,14 @@ class MeasureConfig(GivenSampling):
                 with about("dump", "save_dump", "top_k_save"):
                     raise InvalidInput("dump uses an existing dump; save_dump and top_k_save only apply to the dump "
                                        "measure_and_predict makes")
-        with about("max_prompts"):
-            checked["max_prompts"] = check_max_prompts(self.max_prompts)
         if self.trials is not None:
             with about("trials"):
                 checked["trials"] = check_trials(self.trials, "bernoulli")
-        for name, high, note in (("repeats", MAX_REPEATS, "runs"), ("cost_repeats", MAX_REPEATS, "rounds"),
-                                 ("max_new_tokens", MAX_NEW_TOKENS, "tokens")):
+        for name, note in (("repeats", "runs"), ("cost_repeats", "rounds")):
             with about(name):
-                checked[name] = int_in(name, getattr(self, name), 1, high, f" ({note})")
+                checked[name] = int_in(name, getattr(self, name), 1, MAX_REPEATS, f" ({note})")
         with about("top_k_save"):
             checked["top_k_save"] = check_top_k_save(self.top_k_save)
-        with about("seed"):
-            checked["seed"] = check_model_seed(self.seed)
         _check_bool("ignore_eos", self.ignore_eos)
         _check_bool("hf_generate", self.hf_generate)
         if self.costs is not None:

@@ -415,7 +415,7 @@ def test_measure_config_tags_its_errors_and_is_one_way_in(tmp_path, monkeypatch)
             MeasureConfig(**kwargs)
         assert exc.value.arguments == names, kwargs
     c = MeasureConfig(ks=[4, 1], policies=["fixed:k=2", "fixed:k=2"], costs=_costs_table(), temperature=0)
-    assert c.ks == (4, 1) and len(c.policies) == 1 and isinstance(c.policies[0], DraftPolicy)
+    assert c.ks == (1, 4) and len(c.policies) == 1 and isinstance(c.policies[0], DraftPolicy)
     assert c.costs.plain_step_s() > 0 and c.params.temperature == 0.0
 
     hf = pytest.importorskip("fastspec.hf")
@@ -464,7 +464,7 @@ def test_engine_request_seeds_stay_below_the_random_seed():
         check_request_seeds(ENGINE_SEED_END - 3, 4)
     assert exc.value.argument == "seed" and "use a seed <= 4294967291" in str(exc.value)
     assert check_run(ks=[4, 2], max_new_tokens=8, seed=5, max_prompts=None, seed_end=ENGINE_SEED_END) == {
-        "ks": (4, 2), "max_new_tokens": 8, "seed": 5, "max_prompts": None}
+        "ks": (2, 4), "max_new_tokens": 8, "seed": 5, "max_prompts": None}
     with pytest.raises(InvalidInput) as exc:
         check_run(ks=1, max_new_tokens=8, seed=ENGINE_SEED_END, seed_end=ENGINE_SEED_END)
     assert exc.value.arguments == ("seed",)

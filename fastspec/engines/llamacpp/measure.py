@@ -407,7 +407,6 @@ def measure_llamacpp(target: str, drafts: Sequence[str], prompts: str, ks: Seque
         raise _bad("prompts", f"prompts {prompts}: no prompt in it")
     check_request_seeds(seed, len(lines))
     check_vocabularies(target, parsed)
-    ks = sorted({int(k) for k in ks})
     exe = find_binary(binary)
     budget = int(max_new_tokens)
     if budget < 2:
